@@ -1,0 +1,1 @@
+"""The on-disk activation store (HDF5 through h5py)."""

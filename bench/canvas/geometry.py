@@ -1,0 +1,134 @@
+"""Continuous shapes of the canvas primitives (shapely, cell units, x = column, y = row).
+
+These are what PIoU scores. Each is defined so that its area agrees with the primitive's raster
+(tests/bench/test_raster.py checks the documented tolerances with hypothesis):
+- rect / set_pixel: the box itself (exact for integer arguments);
+- poly: the polygon through its corner vertices; a self-intersecting ring is read with the even-odd
+  rule, like the scanline fill (exclusive-or of the triangle fan);
+- line: Bresenham plots one cell per major-axis step, so its shape is the parallelogram of unit
+  minor-axis thickness swept along the centre line, extended half a cell past both end cells: area
+  exactly D + 1, the cell count;
+- circle: a disc of radius R + 0.5 centred on the centre cell (the midpoint disc's equal-area radius
+  is R + 0.39..0.59 for R >= 2 and tends to R + 0.45);
+- fill: the whole canvas.
+Every shape is clipped to the canvas box [0, grid] x [0, grid].
+"""
+
+from __future__ import annotations
+
+import shapely
+from shapely.geometry import Polygon, box
+from shapely.geometry.base import BaseGeometry
+
+from bench.canvas.raster import cell_index, clamp
+
+EMPTY = Polygon()
+
+
+def canvas_box(grid: int) -> BaseGeometry:
+    return box(0, 0, grid, grid)
+
+
+def clip(geom: BaseGeometry, grid: int) -> BaseGeometry:
+    if geom.is_empty:
+        return EMPTY
+    out = shapely.intersection(geom, canvas_box(grid))
+    return _polygonal(out)
+
+
+def _polygonal(geom: BaseGeometry) -> BaseGeometry:
+    """Keep only the areal part of a geometry (intersections can leave lines and points behind)."""
+    if geom.is_empty:
+        return EMPTY
+    if geom.geom_type in ("Polygon", "MultiPolygon"):
+        return geom
+    parts = [g for g in getattr(geom, "geoms", []) if g.geom_type in ("Polygon", "MultiPolygon") and not g.is_empty]
+    if not parts:
+        return EMPTY
+    return shapely.union_all(parts)
+
+
+def rect_shape(r: float, c: float, h: float, w: float, grid: int) -> BaseGeometry:
+    r, c, h, w = clamp(r), clamp(c), clamp(h), clamp(w)
+    if h < 0:
+        r, h = r + h, -h
+    if w < 0:
+        c, w = c + w, -w
+    if h == 0 or w == 0:
+        return EMPTY
+    return clip(box(c, r, c + w, r + h), grid)
+
+
+def fill_shape(grid: int) -> BaseGeometry:
+    return canvas_box(grid)
+
+
+def disc_shape(r: float, c: float, radius: float, grid: int) -> BaseGeometry:
+    rad = cell_index(radius)
+    if rad < 0:
+        return EMPTY
+    cr, cc = cell_index(r), cell_index(c)
+    # 64 segments per quarter keeps the polygonal area within 0.04% of the true disc.
+    return clip(shapely.Point(cc + 0.5, cr + 0.5).buffer(rad + 0.5, quad_segs=64), grid)
+
+
+def line_shape(r0: float, c0: float, r1: float, c1: float, grid: int) -> BaseGeometry:
+    a = (cell_index(r0), cell_index(c0))
+    b = (cell_index(r1), cell_index(c1))
+    dr, dc = b[0] - a[0], b[1] - a[1]
+    big_d = max(abs(dr), abs(dc))
+    if big_d == 0:
+        return clip(box(a[1], a[0], a[1] + 1, a[0] + 1), grid)
+    # centre line from cell centre to cell centre, extended by half a major-axis step at both ends
+    ext = 0.5 / big_d
+    p = (a[0] + 0.5 - dr * ext, a[1] + 0.5 - dc * ext)
+    q = (b[0] + 0.5 + dr * ext, b[1] + 0.5 + dc * ext)
+    if abs(dc) >= abs(dr):  # column-major: unit thickness along rows
+        ring = [(p[1], p[0] - 0.5), (q[1], q[0] - 0.5), (q[1], q[0] + 0.5), (p[1], p[0] + 0.5)]
+    else:
+        ring = [(p[1] - 0.5, p[0]), (q[1] - 0.5, q[0]), (q[1] + 0.5, q[0]), (p[1] + 0.5, p[0])]
+    return clip(Polygon(ring), grid)
+
+
+#: fixed-precision overlay grid for polygons: robust against GEOS topology errors on degenerate input
+_GRID = 1e-9
+
+
+def poly_shape(points: list[tuple[float, float]], grid: int) -> BaseGeometry:
+    if len(points) < 3:
+        return EMPTY
+    xy = [(round(clamp(c), 9) + 0.0, round(clamp(r), 9) + 0.0) for r, c in points]
+    poly = Polygon(xy)
+    if poly.is_valid:
+        return clip(poly, grid) if poly.area > 0 else EMPTY
+    # even-odd reading of a self-intersecting ring: XOR of the fan triangles from the first vertex
+    tris = [Polygon([xy[0], xy[i], xy[i + 1]]) for i in range(1, len(xy) - 1)]
+    tris = [t for t in tris if t.area > 0]
+    if not tris:
+        return EMPTY
+    acc = tris[0]
+    for t in tris[1:]:
+        acc = _polygonal(shapely.symmetric_difference(acc, t, grid_size=_GRID))
+    return _polygonal(shapely.intersection(acc, canvas_box(grid), grid_size=_GRID))
+
+
+def area(geom: BaseGeometry) -> float:
+    return float(geom.area) if not geom.is_empty else 0.0
+
+
+def perimeter(geom: BaseGeometry) -> float:
+    return float(geom.length) if not geom.is_empty else 0.0
+
+
+__all__ = [
+    "EMPTY",
+    "area",
+    "canvas_box",
+    "clip",
+    "disc_shape",
+    "fill_shape",
+    "line_shape",
+    "perimeter",
+    "poly_shape",
+    "rect_shape",
+]

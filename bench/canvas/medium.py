@@ -1,0 +1,333 @@
+"""The canvas medium: a grid, a primitive vocabulary and a palette, and the drawing surface programs paint on.
+
+A `Medium` is data: `V1` is the paper's (24x24, six primitives, 30-colour palette). Other media are
+variants built from parameters, never forks of the v1 code paths:
+- `V1.at_resolution(48)` rasterises the same 24-cell programs at 48x48 (shapes are unchanged, so
+  symbolic scores are resolution-independent by construction, and tests prove it end to end);
+- `V1.with_grid(48)` is a 48-cell canvas that programs address directly;
+- `OUTLINE` adds `rect_outline`, `circle_outline` and `poly_outline` to the v1 vocabulary.
+At `resolution == grid` the exact rasterisers of `bench.canvas.raster` paint; otherwise each shape is
+sampled at pixel centres.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import shapely
+from shapely.geometry.base import BaseGeometry
+
+from bench.canvas import geometry as G
+from bench.canvas import raster as R
+from bench.canvas.palette import RGB, ColorError, Palette, v1_palette
+
+
+class DrawError(ValueError):
+    """A primitive was called with arguments it cannot draw (wrong count, non-numbers, NaN)."""
+
+
+class BudgetExceeded(RuntimeError):
+    """A program used more than its share of calls, pixels, operations or vertices."""
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """One drawing call of a vocabulary: its numeric parameters, its raster and its continuous shape."""
+
+    name: str
+    params: tuple[str, ...]
+    mask: Callable[..., np.ndarray]
+    shape: Callable[..., BaseGeometry]
+    takes_points: bool = False
+    doc: str = ""
+
+
+def _fill_mask(n: int) -> np.ndarray:
+    return np.ones((n, n), dtype=bool)
+
+
+def _set_pixel_mask(r: float, c: float, n: int) -> np.ndarray:
+    return R.rect_mask(r, c, 1, 1, n)
+
+
+def _set_pixel_shape(r: float, c: float, grid: int) -> BaseGeometry:
+    return G.rect_shape(r, c, 1, 1, grid)
+
+
+V1_VOCABULARY: Mapping[str, Primitive] = {
+    "fill": Primitive("fill", (), _fill_mask, G.fill_shape, doc="fill(color): paint the whole canvas"),
+    "set_pixel": Primitive("set_pixel", ("r", "c"), _set_pixel_mask, _set_pixel_shape, doc="set_pixel(r, c, color): one cell"),
+    "rect": Primitive("rect", ("r", "c", "h", "w"), R.rect_mask, G.rect_shape, doc="rect(r, c, h, w, color): filled, top-left (r, c), h rows, w columns"),
+    "circle": Primitive("circle", ("r", "c", "radius"), R.disc_mask, G.disc_shape, doc="circle(r, c, radius, color): filled disc centred on cell (r, c)"),
+    "line": Primitive("line", ("r0", "c0", "r1", "c1"), R.line_mask, G.line_shape, doc="line(r0, c0, r1, c1, color): one cell thick, end cells included"),
+    "poly": Primitive("poly", (), R.poly_mask, G.poly_shape, takes_points=True, doc="poly([(r, c), ...], color): filled polygon through corner points"),
+}
+
+
+def _rect_outline_mask(r: float, c: float, h: float, w: float, n: int) -> np.ndarray:
+    outer = R.rect_mask(r, c, h, w, n)
+    hs, ws = (1 if h >= 0 else -1), (1 if w >= 0 else -1)
+    inner = R.rect_mask(r + hs, c + ws, h - 2 * hs, w - 2 * ws, n) if abs(h) > 2 and abs(w) > 2 else np.zeros_like(outer)
+    return outer & ~inner
+
+
+def _rect_outline_shape(r: float, c: float, h: float, w: float, grid: int) -> BaseGeometry:
+    outer = G.rect_shape(r, c, h, w, grid)
+    hs, ws = (1 if h >= 0 else -1), (1 if w >= 0 else -1)
+    if abs(h) <= 2 or abs(w) <= 2:
+        return outer
+    return G.clip(shapely.difference(outer, G.rect_shape(r + hs, c + ws, h - 2 * hs, w - 2 * ws, grid)), grid)
+
+
+def _circle_outline_mask(r: float, c: float, radius: float, n: int) -> np.ndarray:
+    outer = R.disc_mask(r, c, radius, n)
+    rad = R.cell_index(radius)
+    inner = R.disc_mask(r, c, rad - 1, n) if rad >= 1 else np.zeros_like(outer)
+    return outer & ~inner
+
+
+def _circle_outline_shape(r: float, c: float, radius: float, grid: int) -> BaseGeometry:
+    outer = G.disc_shape(r, c, radius, grid)
+    rad = R.cell_index(radius)
+    if rad < 1:
+        return outer
+    return G.clip(shapely.difference(outer, G.disc_shape(r, c, rad - 1, grid)), grid)
+
+
+def _poly_outline_mask(points: list[tuple[float, float]], n: int) -> np.ndarray:
+    filled = R.poly_mask(points, n)
+    interior = filled.copy()
+    interior[1:, :] &= filled[:-1, :]
+    interior[:-1, :] &= filled[1:, :]
+    interior[:, 1:] &= filled[:, :-1]
+    interior[:, :-1] &= filled[:, 1:]
+    interior[0, :] = interior[-1, :] = interior[:, 0] = interior[:, -1] = False
+    return filled & ~interior
+
+
+def _poly_outline_shape(points: list[tuple[float, float]], grid: int) -> BaseGeometry:
+    filled = G.poly_shape(points, grid)
+    return G.clip(shapely.difference(filled, filled.buffer(-1.0, join_style="mitre")), grid)
+
+
+OUTLINE_VOCABULARY: Mapping[str, Primitive] = {
+    **V1_VOCABULARY,
+    "rect_outline": Primitive("rect_outline", ("r", "c", "h", "w"), _rect_outline_mask, _rect_outline_shape, doc="rect_outline(r, c, h, w, color): one-cell border of rect"),
+    "circle_outline": Primitive("circle_outline", ("r", "c", "radius"), _circle_outline_mask, _circle_outline_shape, doc="circle_outline(r, c, radius, color): one-cell ring"),
+    "poly_outline": Primitive("poly_outline", (), _poly_outline_mask, _poly_outline_shape, takes_points=True, doc="poly_outline([(r, c), ...], color): border cells of poly"),
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-program budgets. Exceeding one is the outcome `budget` (or `timeout` / `memory`)."""
+
+    max_calls: int = 20_000  #: primitive calls
+    max_pixels: int = 4_000_000  #: cell writes summed over calls
+    max_ops: int = 2_000_000  #: loop iterations + function calls + comprehension items
+    max_vertices: int = 4_096  #: vertices of one polygon
+    max_range: int = 1_000_000  #: length of one range()
+    max_source_bytes: int = 100_000  #: model text larger than this is not parsed
+    max_collection: int = 1_000_000  #: elements of one list/str built by * or **
+    cpu_seconds: float = 2.0  #: CPU time of one program
+    wall_seconds: float = 5.0  #: wall-clock time of one program (the worker is killed past it)
+    memory_mb: int = 768  #: address-space growth allowed to one worker
+
+
+@dataclass(frozen=True)
+class Medium:
+    """A canvas medium: the grid programs address, the raster resolution, the vocabulary and palette."""
+
+    name: str = "v1"
+    grid: int = 24
+    resolution: int = 24
+    vocabulary: Mapping[str, Primitive] = field(default_factory=lambda: V1_VOCABULARY)
+    palette: Palette = field(default_factory=v1_palette)
+    background: RGB = (255, 255, 255)  #: colour of the canvas before any call
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.grid <= 512 and 1 <= self.resolution <= 1024):
+            raise ValueError(f"medium {self.name}: grid {self.grid} / resolution {self.resolution} out of range")
+
+    def at_resolution(self, resolution: int) -> "Medium":
+        return replace(self, name=f"{self.name}@{resolution}", resolution=resolution)
+
+    def with_grid(self, grid: int) -> "Medium":
+        return replace(self, name=f"{self.name}-{grid}", grid=grid, resolution=grid)
+
+    def with_vocabulary(self, name: str, vocabulary: Mapping[str, Primitive]) -> "Medium":
+        return replace(self, name=name, vocabulary=vocabulary)
+
+    def new_canvas(self, limits: Limits | None = None) -> "Canvas":
+        return Canvas(self, limits or Limits())
+
+
+V1 = Medium()
+OUTLINE = V1.with_vocabulary("outline", OUTLINE_VOCABULARY)
+MEDIA: Mapping[str, Medium] = {"v1": V1, "v1@48": V1.at_resolution(48), "v1-48": V1.with_grid(48), "outline": OUTLINE}
+
+
+def get_medium(name: str) -> Medium:
+    try:
+        return MEDIA[name]
+    except KeyError:
+        raise ValueError(f"unknown medium {name!r}; known: {', '.join(MEDIA)}") from None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One executed primitive call, in painter's order, with its normalised arguments."""
+
+    kind: str
+    params: tuple[float, ...]  #: numeric arguments; for point primitives the flattened (r, c) pairs
+    color: RGB
+    order: int
+
+    def points(self) -> list[tuple[float, float]]:
+        return [(self.params[i], self.params[i + 1]) for i in range(0, len(self.params), 2)]
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DrawError(f"{what} must be a number, got {type(value).__name__}")
+    v = float(value) if not isinstance(value, int) or abs(value) < 2**53 else float(R.clamp(value))
+    if not math.isfinite(v):
+        raise DrawError(f"{what} must be finite, got {value!r}")
+    return v
+
+
+class Canvas:
+    """The drawing surface one program paints: raster pixels plus the ordered call log."""
+
+    def __init__(self, medium: Medium, limits: Limits) -> None:
+        self.medium = medium
+        self.limits = limits
+        n = medium.resolution
+        self.pixels = np.empty((n, n, 3), dtype=np.uint8)
+        self.pixels[:] = medium.background
+        self.calls: list[Call] = []
+        self.pixel_writes = 0
+        self.background: RGB = medium.background
+        if medium.resolution != medium.grid:
+            step = medium.grid / n
+            centres = (np.arange(n) + 0.5) * step
+            self._xs, self._ys = np.meshgrid(centres, centres)
+
+    def functions(self) -> dict[str, Callable[..., None]]:
+        """The vocabulary as plain functions bound to this canvas (what programs call)."""
+        out = {}
+        for name, prim in self.medium.vocabulary.items():
+            out[name] = self._bind(prim)
+        return out
+
+    def _bind(self, prim: Primitive) -> Callable[..., None]:
+        def primitive(*args: Any, **kwargs: Any) -> None:
+            self.draw(prim, args, kwargs)
+
+        primitive.__name__ = prim.name
+        primitive.__doc__ = prim.doc
+        return primitive
+
+    def draw(self, prim: Primitive, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        if len(self.calls) >= self.limits.max_calls:
+            raise BudgetExceeded(f"more than {self.limits.max_calls} primitive calls")
+        params, color = self._parse(prim, list(args), dict(kwargs))
+        rgb = self.medium.palette.rgb(color)
+        n, grid = self.medium.resolution, self.medium.grid
+        if prim.takes_points:
+            pts = [(params[i], params[i + 1]) for i in range(0, len(params), 2)]
+            if n == grid:
+                mask = prim.mask(pts, n)
+            else:
+                mask = self._sample(prim.shape(pts, grid))
+        else:
+            if prim.name in ("circle", "circle_outline") and abs(params[2]) > R.MAX_RADIUS:
+                raise BudgetExceeded(f"circle radius {params[2]:g} exceeds {R.MAX_RADIUS}")
+            mask = prim.mask(*params, n) if n == grid else self._sample(prim.shape(*params, grid))
+        self.pixel_writes += int(mask.sum()) if prim.name != "fill" else n * n
+        if self.pixel_writes > self.limits.max_pixels:
+            raise BudgetExceeded(f"more than {self.limits.max_pixels} pixel writes")
+        self.pixels[mask] = rgb
+        if prim.name == "fill":
+            self.background = rgb
+        self.calls.append(Call(prim.name, params, rgb, len(self.calls)))
+
+    def _sample(self, geom: BaseGeometry) -> np.ndarray:
+        if geom.is_empty:
+            return np.zeros(self._xs.shape, dtype=bool)
+        return shapely.intersects_xy(geom, self._xs, self._ys)
+
+    def _parse(self, prim: Primitive, args: list[Any], kwargs: dict[str, Any]) -> tuple[tuple[float, ...], Any]:
+        color = None
+        for key in ("color", "colour"):
+            if key in kwargs:
+                color = kwargs.pop(key)
+        if prim.takes_points:
+            if "points" in kwargs:
+                args.insert(0, kwargs.pop("points"))
+            if kwargs:
+                raise DrawError(f"{prim.name}() got unexpected keyword {next(iter(kwargs))!r}")
+            if color is None and len(args) == 2:
+                color = args.pop()
+            if len(args) != 1 or color is None:
+                raise DrawError(f"{prim.name}() takes a list of (r, c) points and a color")
+            pts = args[0]
+            if not isinstance(pts, (list, tuple)):
+                raise DrawError(f"{prim.name}() points must be a list of (r, c) pairs")
+            if len(pts) > self.limits.max_vertices:
+                raise BudgetExceeded(f"{prim.name}() with more than {self.limits.max_vertices} vertices")
+            flat: list[float] = []
+            for p in pts:
+                if not isinstance(p, (list, tuple)) or len(p) != 2:
+                    raise DrawError(f"{prim.name}() points must be (r, c) pairs")
+                flat.append(_number(p[0], f"{prim.name}() point row"))
+                flat.append(_number(p[1], f"{prim.name}() point column"))
+            return tuple(flat), color
+        names = prim.params
+        values: list[Any] = list(args[: len(names)])
+        rest = args[len(names) :]
+        for nm in names[len(values) :]:
+            if nm in kwargs:
+                values.append(kwargs.pop(nm))
+        if kwargs:
+            raise DrawError(f"{prim.name}() got unexpected keyword {next(iter(kwargs))!r}")
+        if color is None and len(rest) == 1:
+            color = rest.pop()
+        if len(values) != len(names) or rest or color is None:
+            sig = ", ".join(names + ("color",))
+            raise DrawError(f"{prim.name}() takes ({sig}), got {len(args) + len(kwargs)} arguments")
+        return tuple(_number(v, f"{prim.name}() {nm}") for v, nm in zip(values, names)), color
+
+    def shapes(self) -> list[BaseGeometry]:
+        """Continuous shape of every call, in painter's order (cell units of the grid)."""
+        return [self.shape_of(c) for c in self.calls]
+
+    def shape_of(self, call: Call) -> BaseGeometry:
+        return shape_of(self.medium, call)
+
+
+def shape_of(medium: Medium, call: Call) -> BaseGeometry:
+    prim = medium.vocabulary[call.kind]
+    if prim.takes_points:
+        return prim.shape(call.points(), medium.grid)
+    return prim.shape(*call.params, medium.grid)
+
+
+__all__ = [
+    "BudgetExceeded",
+    "Call",
+    "Canvas",
+    "ColorError",
+    "DrawError",
+    "Limits",
+    "MEDIA",
+    "Medium",
+    "OUTLINE",
+    "Primitive",
+    "V1",
+    "get_medium",
+    "shape_of",
+]

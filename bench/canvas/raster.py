@@ -1,0 +1,172 @@
+"""Exact rasterisers of the canvas medium, each returning a boolean cell mask of an n x n grid.
+
+Conventions (documented in docs/medium.md and tested in tests/bench/test_raster.py):
+- cell (i, j) is the unit square rows [i, i+1) x columns [j, j+1); its centre is (i + 0.5, j + 0.5);
+- area primitives (rect, poly) take corner coordinates and fill the cells whose *centres* lie inside,
+  with a half-open rule (a centre on the top/left edge is in, on the bottom/right edge is out), so a
+  rect and the poly of its four corners paint the same cells;
+- pixel primitives (line, circle) are centred on cells: integer cell indices (floats are rounded half
+  up) through Bresenham's line and the midpoint-circle algorithm.
+Everything is clipped to the grid; work is bounded by the grid size, not by the coordinates.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from jaxtyping import Bool
+
+Mask = Bool[np.ndarray, "n n"]
+
+#: coordinates are clamped to +-COORD_LIMIT before any arithmetic, so a hostile 1e300 cannot overflow.
+COORD_LIMIT = 1_000_000
+#: largest circle radius the midpoint algorithm will run (its spans are cached per radius).
+MAX_RADIUS = 4096
+
+
+def clamp(v: float) -> float:
+    return max(-COORD_LIMIT, min(COORD_LIMIT, v))
+
+
+def cell_index(v: float) -> int:
+    """Round a cell coordinate to an integer index, halves up (3.5 -> 4, -0.5 -> 0)."""
+    return int(math.floor(clamp(v) + 0.5))
+
+
+def _centre_range(lo: float, hi: float, n: int) -> tuple[int, int]:
+    """Indices i in [0, n) whose centres i + 0.5 lie in [lo, hi)."""
+    a = math.ceil(lo - 0.5)
+    b = math.ceil(hi - 0.5)
+    return max(a, 0), min(b, n)
+
+
+def rect_mask(r: float, c: float, h: float, w: float, n: int) -> Mask:
+    """Cells whose centres lie in rows [r, r+h) and columns [c, c+w); negative extents are flipped."""
+    r, c, h, w = clamp(r), clamp(c), clamp(h), clamp(w)
+    if h < 0:
+        r, h = r + h, -h
+    if w < 0:
+        c, w = c + w, -w
+    m = np.zeros((n, n), dtype=bool)
+    r0, r1 = _centre_range(r, r + h, n)
+    c0, c1 = _centre_range(c, c + w, n)
+    if r0 < r1 and c0 < c1:
+        m[r0:r1, c0:c1] = True
+    return m
+
+
+def line_cells(r0: int, c0: int, r1: int, c1: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bresenham's line between cell centres, in closed form, restricted to the visible range.
+
+    With D = max(|dr|, |dc|) major-axis steps and m = |minor delta|, step k in 0..D plots the major
+    coordinate a0 + k*sa and the minor coordinate b0 + sb * floor((2*k*m + D) / (2*D)): the ideal line
+    rounded half away from the start point, which is what the incremental integer algorithm plots
+    (exactly D + 1 cells, 8-connected, each within half a cell of the ideal line on the minor axis).
+    Only the k whose major coordinate is on the grid are evaluated, so a line to 1e6 costs O(n).
+    """
+    dr, dc = r1 - r0, c1 - c0
+    if abs(dc) >= abs(dr):
+        a0, b0, da, db = c0, r0, dc, dr
+        col_major = True
+    else:
+        a0, b0, da, db = r0, c0, dr, dc
+        col_major = False
+    big_d = abs(da)
+    sa = 1 if da >= 0 else -1
+    sb = 1 if db >= 0 else -1
+    m = abs(db)
+    # k range with a0 + k*sa in [0, n)
+    if sa > 0:
+        k_lo, k_hi = -a0, n - 1 - a0
+    else:
+        k_lo, k_hi = a0 - (n - 1), a0
+    k_lo, k_hi = max(k_lo, 0), min(k_hi, big_d)
+    if k_lo > k_hi:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    k = np.arange(k_lo, k_hi + 1, dtype=np.int64)
+    a = a0 + k * sa
+    if big_d == 0:
+        b = np.full_like(k, b0)
+    else:
+        b = b0 + sb * ((2 * k * m + big_d) // (2 * big_d))
+    keep = (b >= 0) & (b < n)
+    a, b = a[keep], b[keep]
+    return (b, a) if col_major else (a, b)
+
+
+def line_mask(r0: float, c0: float, r1: float, c1: float, n: int) -> Mask:
+    rows, cols = line_cells(cell_index(r0), cell_index(c0), cell_index(r1), cell_index(c1), n)
+    m = np.zeros((n, n), dtype=bool)
+    m[rows, cols] = True
+    return m
+
+
+@lru_cache(maxsize=512)
+def disc_half_widths(radius: int) -> tuple[int, ...]:
+    """Half-width of each row dy = -R..R of the midpoint-circle filled disc of integer radius R.
+
+    The classic integer midpoint algorithm walks one octant (x from R down, y from 0 up, decision
+    variable err = 1 - R) and mirrors it eight ways; the filled disc spans, in each row, the widest
+    boundary point of that row. R = 0 is one cell, R = 1 a plus of five cells.
+    """
+    hw = [-1] * (2 * radius + 1)
+    x, y, err = radius, 0, 1 - radius
+    while x >= y:
+        for dy, half in ((y, x), (-y, x), (x, y), (-x, y)):
+            if half > hw[dy + radius]:
+                hw[dy + radius] = half
+        y += 1
+        if err < 0:
+            err += 2 * y + 1
+        else:
+            x -= 1
+            err += 2 * (y - x) + 1
+    return tuple(hw)
+
+
+def disc_mask(r: float, c: float, radius: float, n: int) -> Mask:
+    """Midpoint-circle filled disc centred on cell (round(r), round(c)); radius rounded half up.
+
+    A negative radius draws nothing. Radii above MAX_RADIUS are refused by the caller (budget).
+    """
+    m = np.zeros((n, n), dtype=bool)
+    rad = cell_index(radius)
+    if rad < 0:
+        return m
+    rad = min(rad, MAX_RADIUS)
+    cr, cc = cell_index(r), cell_index(c)
+    hw = disc_half_widths(rad)
+    lo, hi = max(cr - rad, 0), min(cr + rad, n - 1)
+    for row in range(lo, hi + 1):
+        half = hw[row - cr + rad]
+        a, b = max(cc - half, 0), min(cc + half, n - 1)
+        if a <= b:
+            m[row, a : b + 1] = True
+    return m
+
+
+def poly_mask(points: list[tuple[float, float]], n: int) -> Mask:
+    """Scanline fill on cell centres, even-odd rule, half-open edges; vertices are (row, col) corners."""
+    m = np.zeros((n, n), dtype=bool)
+    if len(points) < 3:
+        return m
+    pts = np.array([(clamp(p[0]), clamp(p[1])) for p in points], dtype=np.float64)
+    ry, cx = pts[:, 0], pts[:, 1]
+    ry2, cx2 = np.roll(ry, -1), np.roll(cx, -1)
+    ymin, ymax = np.minimum(ry, ry2), np.maximum(ry, ry2)
+    nonflat = ry != ry2
+    r_lo, r_hi = _centre_range(float(ymin.min()), float(ymax.max()), n)
+    for i in range(r_lo, r_hi):
+        y = i + 0.5
+        hit = nonflat & (ymin <= y) & (y < ymax)
+        if not hit.any():
+            continue
+        t = (y - ry[hit]) / (ry2[hit] - ry[hit])
+        xs = np.sort(cx[hit] + t * (cx2[hit] - cx[hit]))
+        for k in range(0, len(xs) - 1, 2):
+            a, b = _centre_range(float(xs[k]), float(xs[k + 1]), n)
+            if a < b:
+                m[i, a:b] = True
+    return m

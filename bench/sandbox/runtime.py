@@ -1,0 +1,244 @@
+"""Layer two of the sandbox: run one checked program against a canvas with a tiny builtins table and budgets.
+
+This module runs *inside* a worker process (bench.sandbox.pool), which adds layer three: CPU,
+wall-clock and memory limits of the operating system. Calling `execute` in your own process is only
+for trusted text (tests, debugging); everything that runs model output goes through the pool.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import shapely
+
+from bench.canvas.extract import extract_code, normalise
+from bench.canvas.medium import V1, BudgetExceeded, Call, Limits, Medium, shape_of
+from bench.canvas.palette import RGB
+from bench.sandbox import policy
+
+OUTCOMES = ("ok", "syntax", "forbidden", "runtime", "timeout", "memory", "budget", "no_code")
+
+
+class CpuTimeout(BaseException):
+    """Raised by the CPU-time signal; a BaseException so nothing in a program's path converts it."""
+
+
+@dataclass
+class ExecResult:
+    """The outcome of one attempt: `ok` with pixels and shapes, or an invalid kind with a one-line reason."""
+
+    outcome: str
+    reason: str = ""
+    code: str | None = None
+    pixels: np.ndarray | None = None  #: (resolution, resolution, 3) uint8, only when ok
+    calls: list[Call] = field(default_factory=list)
+    shapes_wkb: list[bytes] = field(default_factory=list)
+    background: RGB | None = None
+    ops: int = 0
+    pixel_writes: int = 0
+    medium: str = "v1"
+
+    @property
+    def valid(self) -> bool:
+        return self.outcome == "ok"
+
+    def shapes(self) -> list[Any]:
+        """Shapely geometries of the calls, in painter's order (decoded on demand)."""
+        if not self.shapes_wkb:
+            return []
+        return list(shapely.from_wkb(self.shapes_wkb))
+
+    def nonbackground_fraction(self) -> float:
+        if self.pixels is None or self.background is None:
+            return 0.0
+        diff = np.any(self.pixels != np.array(self.background, dtype=np.uint8), axis=-1)
+        return float(diff.mean())
+
+    def colors(self) -> list[dict[str, Any]]:
+        """Distinct colours of the final raster with their pixel counts, most frequent first."""
+        if self.pixels is None:
+            return []
+        flat = self.pixels.reshape(-1, 3)
+        uniq, counts = np.unique(flat, axis=0, return_counts=True)
+        order = np.argsort(-counts, kind="stable")
+        return [{"rgb": [int(x) for x in uniq[i]], "pixels": int(counts[i])} for i in order]
+
+
+def _safe_range(limits: Limits):
+    def rng(*args: Any) -> range:
+        r = range(*args)
+        if len(r) > limits.max_range:
+            raise BudgetExceeded(f"range of {len(r)} elements exceeds {limits.max_range}")
+        return r
+
+    return rng
+
+
+def _checked_helpers(limits: Limits) -> dict[str, Any]:
+    cap = limits.max_collection
+
+    def pw(a: Any, b: Any, mod: Any = None) -> Any:
+        if isinstance(a, int) and isinstance(b, int) and mod is None and b > 0 and abs(a) > 1:
+            if b * math.log2(abs(a)) > 65_536:
+                raise BudgetExceeded("integer power too large")
+        return pow(a, b) if mod is None else pow(a, b, mod)
+
+    def lshift(a: Any, b: Any) -> Any:
+        if isinstance(b, int) and b > 65_536:
+            raise BudgetExceeded("shift too large")
+        return a << b
+
+    def mul(a: Any, b: Any) -> Any:
+        for seq, k in ((a, b), (b, a)):
+            if isinstance(seq, (str, list, tuple)) and isinstance(k, int) and len(seq) * k > cap:
+                raise BudgetExceeded(f"sequence repetition of more than {cap} elements")
+        if isinstance(a, int) and isinstance(b, int) and a.bit_length() + b.bit_length() > 65_536:
+            raise BudgetExceeded("integer product too large")
+        return a * b
+
+    return {policy.POW: pw, policy.LSHIFT: lshift, policy.MUL: mul}
+
+
+def _builtins(limits: Limits) -> dict[str, Any]:
+    helpers = _checked_helpers(limits)
+    return {
+        "abs": abs, "min": min, "max": max, "range": _safe_range(limits), "len": len, "int": int,
+        "float": float, "round": round, "list": list, "tuple": tuple, "dict": dict, "set": set,
+        "enumerate": enumerate, "zip": zip, "sum": sum, "sorted": sorted, "reversed": reversed,
+        "str": str, "bool": bool, "any": any, "all": all, "map": map, "filter": filter,
+        "pow": helpers[policy.POW], "divmod": divmod, "isinstance": isinstance,
+        "print": lambda *a, **k: None,  # harmless; the prompt asks for no prints
+        "__import__": _import_math,  # reached only by `import math` / `from math import ...`
+    }
+
+
+def _import_math(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+    if name != "math" or level:
+        raise ImportError(f"import {name} is not allowed")
+    return _MATH
+
+
+class _MathNamespace:
+    """Read-only view of math's public functions and constants (no module object is handed out)."""
+
+    __slots__ = ()
+
+
+def _math_namespace() -> Any:
+    names = {n: getattr(math, n) for n in policy.MATH_NAMES}
+    members = {k: staticmethod(v) if callable(v) else v for k, v in names.items()}
+    cls = type("math", (_MathNamespace,), {"__slots__": (), "__all__": tuple(sorted(names)), **members})
+    return cls()
+
+
+_MATH = _math_namespace()
+
+
+def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
+    """Extract, parse, normalise, check and compile; an ExecResult when the program cannot run."""
+    if len(text.encode("utf-8", "surrogatepass")) > limits.max_source_bytes:
+        return ExecResult("budget", f"model text over {limits.max_source_bytes} bytes")
+    code = extract_code(text)
+    if code is None:
+        return ExecResult("no_code", "no code found in the text")
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as e:
+        return ExecResult("syntax", f"line {e.lineno}: {e.msg}", code=code)
+    except (ValueError, RecursionError, MemoryError) as e:
+        return ExecResult("syntax", f"unparsable: {type(e).__name__}", code=code)
+    tree = normalise(tree)
+    try:
+        policy.check(tree)
+    except policy.PolicyError as e:
+        return ExecResult("forbidden", str(e), code=code)
+    try:
+        compiled = compile(policy.instrument(tree), "<program>", "exec")
+    except (SyntaxError, ValueError, RecursionError) as e:
+        return ExecResult("syntax", f"does not compile: {e}", code=code)
+    return code, compiled
+
+
+def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> ExecResult:
+    """Run one model text in this process (trusted callers only; see module docstring)."""
+    limits = limits or Limits()
+    prepared = prepare(text, limits)
+    if isinstance(prepared, ExecResult):
+        prepared.medium = medium.name
+        return prepared
+    code, compiled = prepared
+    canvas = medium.new_canvas(limits)
+    ops = 0
+
+    def tick() -> bool:
+        nonlocal ops
+        ops += 1
+        if ops > limits.max_ops:
+            raise BudgetExceeded(f"more than {limits.max_ops} operations")
+        return True
+
+    env: dict[str, Any] = {"__builtins__": _builtins(limits)}
+    env.update(_checked_helpers(limits))
+    env[policy.TICK] = tick
+    env["math"] = _MATH
+    env.update(canvas.functions())
+
+    def on_cpu(signum: int, frame: Any) -> None:
+        raise CpuTimeout()
+
+    old_handler = signal.signal(signal.SIGPROF, on_cpu) if _main_thread() else None
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(_depth() + 250)
+    outcome, reason = "ok", ""
+    try:
+        try:
+            if old_handler is not None:
+                signal.setitimer(signal.ITIMER_PROF, limits.cpu_seconds)
+            exec(compiled, env)  # noqa: S102 - checked, instrumented, budgeted; see module docstring
+        finally:
+            # disarm before any handler runs, so a late tick cannot replace the program's own outcome
+            if old_handler is not None:
+                signal.setitimer(signal.ITIMER_PROF, 0)
+    except CpuTimeout:
+        outcome, reason = "timeout", f"over {limits.cpu_seconds:g} s of CPU"
+    except BudgetExceeded as e:
+        outcome, reason = "budget", str(e)
+    except RecursionError:
+        outcome, reason = "budget", "recursion too deep"
+    except MemoryError:
+        outcome, reason = "memory", "out of memory"
+    except Exception as e:  # every other error of the program is its own runtime failure
+        outcome, reason = "runtime", f"{type(e).__name__}: {str(e)[:200]}"
+    finally:
+        if old_handler is not None:
+            signal.signal(signal.SIGPROF, old_handler)
+        sys.setrecursionlimit(old_limit)
+        env.clear()
+    if outcome != "ok":
+        return ExecResult(outcome, reason, code=code, ops=ops, pixel_writes=canvas.pixel_writes, medium=medium.name)
+    geoms = [shape_of(medium, c) for c in canvas.calls]
+    wkb = list(shapely.to_wkb(np.array(geoms, dtype=object))) if geoms else []
+    return ExecResult(
+        "ok", "", code=code, pixels=canvas.pixels, calls=canvas.calls, shapes_wkb=wkb,
+        background=canvas.background, ops=ops, pixel_writes=canvas.pixel_writes, medium=medium.name,
+    )
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _depth() -> int:
+    f, d = sys._getframe(), 0
+    while f is not None:
+        f, d = f.f_back, d + 1
+    return d

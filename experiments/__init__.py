@@ -1,0 +1,1 @@
+"""Experiments as pipelines over a run directory, and the `ambench` command line."""

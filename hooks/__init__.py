@@ -1,0 +1,1 @@
+"""Hook functions for the runtime: position-selecting capture, activation patching, steering."""

@@ -1,0 +1,1 @@
+"""The hook-driven runtime on TransformerLens (TransformerBridge), probes and statistics."""

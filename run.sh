@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The README's first command: set up .venv/ and run the main job (what exists of the study so far).
+set -euo pipefail
+cd "$(dirname "$0")"
+bash scripts/setup.sh
+exec bash scripts/main_job.sh "$@"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create or reuse .venv/ at the repo root and install AM-Bench with what its tests and main job need.
+# Idempotent: a stamp of the inputs skips the install when nothing changed. Offline-friendly: only
+# package registries are used, and torch is pinned to the CPU build that lies on these machines
+# (an unpinned torch would pull a multi-GB CUDA build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+STAMP=.venv/.ambench-stamp
+WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+  exit 0
+fi
+PIP=".venv/bin/python -m pip"
+$PIP install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
+$PIP install -q --disable-pip-version-check "torch==${AMBENCH_TORCH:-2.13.0}" 2>&1 | grep -v "is ignored" || true
+$PIP install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "is ignored" || true
+.venv/bin/python -c "import bench, shapely, typer; import experiments.cli" >/dev/null
+echo "$WANT" > "$STAMP"
+echo "setup: .venv ready"

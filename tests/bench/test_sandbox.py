@@ -1,0 +1,81 @@
+"""The sandbox: the hostile corpus gets the right outcome kinds, the benign corpus renders, workers recover."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.canvas.medium import Limits
+from bench.sandbox.pool import SandboxPool
+from bench.sandbox.runtime import OUTCOMES, execute
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+HOSTILE = [json.loads(line) for line in open(CORPUS / "hostile.jsonl")]
+BENIGN = [json.loads(line) for line in open(CORPUS / "benign.jsonl")]
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(workers=2) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def hostile_results(pool):
+    return pool.run([h["text"] for h in HOSTILE])
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE)), ids=[h["id"] for h in HOSTILE])
+def test_hostile_program_gets_expected_outcome(hostile_results, index):
+    entry, result = HOSTILE[index], hostile_results[index]
+    assert result.outcome == entry["expect"], result.reason
+    assert result.outcome in OUTCOMES and result.reason and "\n" not in result.reason
+    assert result.pixels is None
+
+
+def test_benign_corpus_renders(pool):
+    results = pool.run([b["text"] for b in BENIGN])
+    bad = [(b["id"], r.outcome, r.reason) for b, r in zip(BENIGN, results) if not r.valid or not r.calls]
+    assert not bad
+
+
+def test_pool_survives_the_hostile_corpus_and_keeps_order(pool):
+    texts = ["rect(0, 0, 1, %d, 'red')" % (k % 20 + 1) for k in range(40)]
+    mixed = []
+    for k, t in enumerate(texts):
+        mixed.append(t)
+        if k % 10 == 0:
+            mixed.append("x = [[0] * 999999 for i in range(5000)]")
+    results = pool.run(mixed)
+    widths = [r.shapes()[0].area for r in results if r.valid]
+    assert widths == [float(k % 20 + 1) for k in range(40)]
+
+
+def test_twenty_megabyte_literal_costs_one_attempt(pool):
+    results = pool.run(["x = '" + "a" * 20_000_000 + "'", "fill('red')"])
+    assert [r.outcome for r in results] == ["budget", "ok"]
+
+
+def test_wall_clock_kill_and_restart():
+    # CPU allowance above the wall-clock limit: only the parent's wall-clock kill can stop it
+    limits = Limits(cpu_seconds=30, wall_seconds=1.0)
+    with SandboxPool(workers=1, limits=limits) as p:
+        results = p.run(["for i in range(300):\n    y = sorted(list(range(999999)), reverse=True)", "fill('red')"])
+        assert results[0].outcome == "timeout"
+        assert results[1].valid
+        assert p.restarts == 1
+
+
+def test_results_are_deterministic_across_worker_counts():
+    texts = [b["text"] for b in BENIGN]
+    with SandboxPool(workers=1, batch_size=3) as a, SandboxPool(workers=2, batch_size=7) as b:
+        ra, rb = a.run(texts), b.run(texts)
+    for x, y in zip(ra, rb):
+        assert x.outcome == y.outcome and x.shapes_wkb == y.shapes_wkb
+        assert (x.pixels == y.pixels).all()
+
+
+def test_in_process_and_pool_agree(pool):
+    text = BENIGN[11]["text"]
+    a, b = execute(text), pool.run_one(text)
+    assert a.shapes_wkb == b.shapes_wkb and (a.pixels == b.pixels).all()
