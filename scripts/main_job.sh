@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The main job until `ambench run` exists: render the benign and hostile corpora through the sandbox.
+# The main job until `ambench run` exists (issue 8): everything end to end that needs no model yet.
+#  1. the sandbox over the benign and hostile corpora (renders + outcome kinds)
+#  2. the translation task: references + prompts, the canonical transcriptions scored through the
+#     sandbox (an oracle "model": must pass the gate at PIoU 1.000), and the null baseline
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/quick}"
+AMB=.venv/bin/ambench
 mkdir -p "$OUT/renders"
 .venv/bin/python - "$OUT" <<'PY'
 import json, sys
@@ -23,6 +27,20 @@ for b, r in zip(benign, rb):
         save_png(r.pixels, out / "renders" / f"{b['id']}.png", scale=8)
 right = sum(r.outcome == h["expect"] for h, r in zip(hostile, rh))
 summary = {"benign_rendered": ok, "benign_total": len(benign), "hostile_right_outcome": right, "hostile_total": len(hostile)}
-(out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-print(f"benign corpus: {ok}/{len(benign)} rendered to {out}/renders; hostile corpus: {right}/{len(hostile)} got the expected outcome")
+(out / "sandbox_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+print(f"[1/2] sandbox: benign corpus {ok}/{len(benign)} rendered to {out}/renders; hostile corpus {right}/{len(hostile)} got the expected outcome")
 PY
+$AMB translation refs --set all --out "$OUT/translation_refs.jsonl" >/dev/null
+.venv/bin/python - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+with open(f"{out}/translation_refs.jsonl") as f, open(f"{out}/translation_oracle_attempts.jsonl", "w") as g:
+    for line in f:
+        r = json.loads(line)
+        g.write(json.dumps({"ref_id": r["id"], "model": "oracle-canonical", "sample": 0, "text": "```python\n" + r["canonical"] + "```"}) + "\n")
+PY
+rm -f "$OUT/translation_oracle_scores.jsonl"
+echo "[2/2] translation: scoring the canonical transcriptions of all references through the sandbox"
+$AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$OUT/translation_oracle_attempts.jsonl" --out "$OUT/translation_oracle_scores.jsonl"
+$AMB translation baseline --draws 20 --seed 0 | tee "$OUT/translation_null.txt"
+echo "done: results in $OUT (the model stages arrive with the runtime issue)"

@@ -15,9 +15,18 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
 PIP=".venv/bin/python -m pip"
-$PIP install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-$PIP install -q --disable-pip-version-check "torch==${AMBENCH_TORCH:-2.13.0}" 2>&1 | grep -v "is ignored" || true
-$PIP install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "is ignored" || true
+LOG=.venv/setup.log
+: > "$LOG"
+step() {  # run one install step quietly; show its log and stop if it fails
+  if ! "$@" >>"$LOG" 2>&1; then
+    tail -40 "$LOG" >&2
+    echo "setup: failed: $* (full log: $LOG)" >&2
+    exit 1
+  fi
+}
+echo "setup: installing into .venv (log: $LOG)"
+step $PIP install -q --disable-pip-version-check "torch==${AMBENCH_TORCH:-2.13.0}"
+step $PIP install -q --disable-pip-version-check -e ".[test]"
 .venv/bin/python -c "import bench, shapely, typer; import experiments.cli" >/dev/null
 echo "$WANT" > "$STAMP"
 echo "setup: .venv ready"

@@ -39,3 +39,32 @@ def test_invalid_program_is_a_result_not_an_error():
 def test_usage_errors_exit_non_zero(tmp_path):
     assert run("render", str(tmp_path / "missing.txt")).returncode != 0
     assert run("render", "-", "--medium", "nope", stdin="fill('red')").returncode != 0
+
+
+def test_translation_refs_prompt_score_resume_baseline(tmp_path):
+    refs = tmp_path / "refs.jsonl"
+    assert run("translation", "refs", "--set", "icons", "--out", str(refs)).returncode == 0
+    rows = [json.loads(line) for line in refs.read_text().splitlines()]
+    assert len(rows) == 13 and all("prompt" in r and "canonical" in r for r in rows)
+    p = run("translation", "prompt", "i-house")
+    assert p.returncode == 0 and "First fill the whole canvas with 'sky_blue'" in p.stdout
+    assert run("translation", "prompt", "nope").returncode != 0
+    attempts = tmp_path / "attempts.jsonl"
+    with open(attempts, "w") as f:
+        for r in rows:
+            f.write(json.dumps({"ref_id": r["id"], "sample": 0, "text": r["canonical"]}) + "\n")
+            f.write(json.dumps({"ref_id": r["id"], "sample": 1, "text": "while True: pass"}) + "\n")
+    out = tmp_path / "scores.jsonl"
+    s = run("translation", "score", "--refs", str(refs), "--attempts", str(attempts), "--out", str(out))
+    assert s.returncode == 0, s.stderr
+    summary = json.loads(s.stdout.strip().splitlines()[-1])
+    assert summary["attempts"] == 26 and summary["valid_rate"] == 0.5 and summary["piou_median"] == 0.5
+    full = out.read_text()
+    lines = full.splitlines(keepends=True)
+    assert [json.loads(x)["piou"] for x in lines[:2]] == [1.0, 0.0]
+    # resume: drop the last lines (a killed run) and score again -> the same file, nothing duplicated
+    out.write_text("".join(lines[:9]))
+    assert run("translation", "score", "--refs", str(refs), "--attempts", str(attempts), "--out", str(out)).returncode == 0
+    assert out.read_text() == full
+    b = run("translation", "baseline", "--draws", "2", "--seed", "1")
+    assert b.returncode == 0 and "paper       0.072" in b.stdout
