@@ -74,7 +74,9 @@ def score_attempts(
             results = pool.run([a["text"] for a in batch])
             lines = []
             for a, r in zip(batch, results):
-                rg = geoms.get(a["ref_id"]) or geoms.setdefault(a["ref_id"], reference_geometry(refs[a["ref_id"]]))
+                if a["ref_id"] not in geoms:
+                    geoms[a["ref_id"]] = reference_geometry(refs[a["ref_id"]])
+                rg = geoms[a["ref_id"]]
                 s = score_result(r, rg)
                 row = {k: v for k, v in a.items() if k != "text"}
                 row.update({

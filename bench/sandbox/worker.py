@@ -110,7 +110,6 @@ def serve(conn: Any) -> None:
                 del result
                 conn.send((index, payload))
             except MemoryError:
-                payload = None
                 conn.send((index, encode(ExecResult("memory", "result too large", medium=medium.name))))
 
 if __name__ == "__main__":
