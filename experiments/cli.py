@@ -179,6 +179,147 @@ def translation_baseline(
     typer.echo(f"paper       {PAPER_NULL['mean']:.3f}   -       {PAPER_NULL['p95']:.3f}   -")
 
 
+@translation_app.command("prompts")
+def translation_prompts(
+    out: Path = typer.Option(..., "--out", help="Write the prompts here (JSONL: id, task, text, subject)."),
+    which: str = typer.Option("sampled", "--set", help="sampled, ladder, periodic, icons or all."),
+) -> None:
+    """Write the translation prompts as a prompt file for `ambench generate` / `ambench capture`."""
+    from bench.translation.references import load_references
+    from interp.prompts import translation_items, write_prompts
+
+    try:
+        ids = [r.id for r in load_references(which)]
+    except ValueError as e:
+        fail(str(e))
+    items = translation_items(ids)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_prompts(items, out)
+    typer.echo(f"wrote {len(items)} prompts to {out}")
+
+
+# --------------------------------------------------------------------------- model commands
+
+MODEL_HELP = "smollm2-135m-instruct, gemma3-270m, a local Hugging Face folder, or a hub name in the local cache."
+
+
+def _load_items(task: Optional[str], prompts: Optional[Path], limit: Optional[int]):
+    from interp.prompts import PromptError, load_prompts, translation_items
+
+    try:
+        if prompts is not None:
+            items = load_prompts(prompts, task)
+        elif task == "translation":
+            from bench.translation.references import load_references
+
+            items = translation_items([r.id for r in load_references("sampled")])
+        elif task == "layout":
+            from bench.layout.prompts import layout_items
+
+            items = layout_items()
+        else:
+            fail("give --prompts FILE or --task translation|layout")
+    except PromptError as e:
+        fail(str(e))
+    return items[:limit] if limit else items
+
+
+def _runtime(model: str, device: Optional[str], dtype: Optional[str], compat: bool):
+    from interp.models import ModelError
+    from interp.runtime import Runtime, describe
+
+    typer.echo(f"loading {model} ...", err=True)
+    try:
+        rt = Runtime.load(model, device=device, dtype=dtype, compat=compat)
+    except ModelError as e:
+        fail(str(e))
+    typer.echo(f"loaded {describe(rt)}", err=True)
+    return rt
+
+
+@app.command()
+def generate(
+    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
+    task: Optional[str] = typer.Option(None, "--task", help="translation or layout (the built-in prompt set when --prompts is not given)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file (JSONL: id, text, task, subject)."),
+    samples: int = typer.Option(10, "--samples", "-n", min=0, help="Sampled attempts per prompt, besides the greedy one."),
+    out: Path = typer.Option(..., "--out", help="Run directory; an existing one is resumed."),
+    protocol: str = typer.Option("auto", "--protocol", help="auto, zero-shot, few-shot or completion."),
+    shots: int = typer.Option(2, "--shots", min=0, help="Worked examples for few-shot and completion."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Temperature of the sampled attempts."),
+    seed: int = typer.Option(0, "--seed", help="Run seed; each attempt's seed is derived from it and recorded."),
+    max_new_tokens: int = typer.Option(384, "--max-new-tokens", min=1),
+    batch_size: int = typer.Option(8, "--batch-size", min=1),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:1 ... (default: cuda if present)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16, float16 (default: bf16 on GPU, fp32 on CPU)."),
+    compat: bool = typer.Option(False, "--compat/--no-compat", help="TransformerLens compatibility mode (processed weights)."),
+    check: bool = typer.Option(True, "--check/--no-check", help="Run the attempts through the sandbox and print validity."),
+) -> None:
+    """Generate 1 greedy + N sampled canvas programs per prompt into RUN/generations.jsonl (resumable)."""
+    import time
+
+    from tqdm import tqdm
+
+    from experiments.generation import GENERATIONS, GenerateSettings, RunError, generate_stage, read_rows, validity
+    from interp.prompts import PromptError
+
+    items = _load_items(task, prompts, limit)
+    rt = _runtime(model, device, dtype, compat)
+    settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots)
+    t0, tokens = time.perf_counter(), [0]
+    with tqdm(total=len(items) * (samples + 1), desc=f"generate {model}", unit="attempt", disable=None) as bar:
+        def progress(n: int, new_tokens: int) -> None:
+            tokens[0] += new_tokens
+            bar.set_postfix_str(f"{tokens[0] / max(time.perf_counter() - t0, 1e-9):.1f} tok/s")
+            bar.update(n)
+
+        try:
+            counts = generate_stage(rt, items, out, settings, model=model, progress=progress)
+        except (RunError, PromptError) as e:
+            fail(str(e))
+    typer.echo(json.dumps(counts))
+    if check:
+        ids = {i.id for i in items}
+        rows = [r for r in read_rows(out / GENERATIONS) if r["model"] == model and r["prompt_id"] in ids]
+        for (m, t, p), v in sorted(validity(rows).items()):
+            typer.echo(f"{m} {t} {p}: {v['valid']}/{v['attempts']} valid ({100 * v['valid_rate']:.1f}%) {json.dumps(v['outcomes'], sort_keys=True)}")
+
+
+@app.command()
+def capture(
+    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
+    task: Optional[str] = typer.Option(None, "--task", help="translation or layout (the built-in prompt set when --prompts is not given)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file (JSONL: id, text, task, subject)."),
+    out: Path = typer.Option(..., "--out", help="Run directory; activations go to RUN/activations/<model>.h5 (resumed)."),
+    protocol: str = typer.Option("auto", "--protocol", help="The protocol the generations used (positions follow it)."),
+    shots: int = typer.Option(2, "--shots", min=0),
+    store_dtype: str = typer.Option("float32", "--store-dtype", help="float32 or float16 on disk."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    compat: bool = typer.Option(False, "--compat/--no-compat"),
+) -> None:
+    """Capture the residual stream (every layer, 3 token positions per prompt) into HDF5."""
+    from tqdm import tqdm
+
+    from activations.store import ActivationStore, StoreError
+    from interp.prompts import PromptError, Protocol
+
+    items = _load_items(task, prompts, limit)
+    rt = _runtime(model, device, dtype, compat)
+    from experiments.generation import capture_stage
+
+    try:
+        with tqdm(total=len(items), desc=f"capture {model}", unit="prompt", disable=None) as bar:
+            path = capture_stage(rt, items, out, Protocol(protocol, shots), store_dtype, batch_size, model, bar.update)
+    except (StoreError, PromptError) as e:
+        fail(str(e))
+    with ActivationStore(path) as s:
+        typer.echo(f"{path}: {s.shape[0]} prompts x {s.shape[1]} layers x {s.shape[2]} positions x {s.shape[3]} ({store_dtype})")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -52,7 +52,11 @@ def score_attempts(
 ) -> dict[str, Any]:
     """Score every attempt; appends to `out_path` and resumes after the lines already there."""
     refs = load_reference_file(refs_path)
-    attempts = read_jsonl(attempts_path, "attempts")
+    # a run's generations.jsonl works as is: its translation rows name the reference by prompt_id
+    attempts = [a for a in read_jsonl(attempts_path, "attempts") if a.get("task", "translation") == "translation"]
+    for a in attempts:
+        if "ref_id" not in a and "prompt_id" in a:
+            a["ref_id"] = a["prompt_id"]
     for n, a in enumerate(attempts, 1):
         if "ref_id" not in a or "text" not in a:
             raise InputError(f"attempts {attempts_path}: line {n} needs 'ref_id' and 'text'")
@@ -71,14 +75,14 @@ def score_attempts(
     with SandboxPool(workers=workers) as pool, open(out_path, "a", encoding="utf-8") as out:
         for start in range(len(done), len(attempts), CHUNK):
             batch = attempts[start : start + CHUNK]
-            results = pool.run([a["text"] for a in batch])
+            results = pool.run([a.get("prefix", "") + a["text"] for a in batch])
             lines = []
             for a, r in zip(batch, results):
                 if a["ref_id"] not in geoms:
                     geoms[a["ref_id"]] = reference_geometry(refs[a["ref_id"]])
                 rg = geoms[a["ref_id"]]
                 s = score_result(r, rg)
-                row = {k: v for k, v in a.items() if k != "text"}
+                row = {k: v for k, v in a.items() if k not in ("text", "prefix", "code", "entropy")}
                 row.update({
                     "outcome": r.outcome, "reason": r.reason, "piou": round(s.piou, 6), "piou_pen": round(s.piou_pen, 6),
                     "overpaint": round(s.overpaint, 6), "piou_color": round(s.piou_color, 6),

