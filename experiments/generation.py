@@ -98,13 +98,23 @@ def record_config(run: Path, section: str, settings: dict[str, Any]) -> None:
     stages = config.setdefault("stages", {})
     old = stages.get(section)
     if old is not None and old != settings:
-        changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        changed = sorted(_diff(old, settings))
         raise RunError(f"{run} already has stage {section!r} with other settings ({', '.join(changed)}); "
                        "use another --out to change them")
     stages[section] = settings
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
+
+
+def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the keys whose values differ between two nested dicts."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in set(a) | set(b):
+            out += _diff(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [prefix.rstrip(".")]
 
 
 @dataclass(frozen=True)

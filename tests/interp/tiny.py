@@ -1,0 +1,48 @@
+"""A tiny random Llama with a small BPE tokenizer and a chat template, built in code (seconds, no hub)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+CORPUS = [
+    "fill('white')\nrect(2, 3, 4, 5, 'red')\ncircle(12, 12, 4, 'blue')\nline(0, 0, 23, 23, 'black')",
+    "Draw on a 24x24 grid of cells. Rows are numbered 0-23 from top to bottom and columns 0-23.",
+    "```python\nfor i in range(3):\n    poly([(1, 2), (3, 4), (5, 6)], 'green')\n```",
+    "Draw the flag of Germany. A cat sitting on a mat under a light blue sky.",
+    "You write short Python programs that draw on a canvas of square cells. Answer with the code only.",
+]
+
+
+def build_tiny(folder: Path, n_layers: int = 2, d_model: int = 32, seed: int = 0, chat: bool = True) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>"]
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>" if chat else "<|endoftext|>",
+                                   bos_token="<|endoftext|>", pad_token="<pad>")
+    if chat:
+        fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(folder)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=d_model, intermediate_size=2 * d_model, num_hidden_layers=n_layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                      bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
+                      tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # larger logits than the default init: greedy paths that are not near ties
+        model.lm_head.weight.mul_(8.0)
+    model.save_pretrained(folder)
+    return folder
