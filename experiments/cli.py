@@ -214,7 +214,7 @@ def _load_items(task: Optional[str], prompts: Optional[Path], limit: Optional[in
 
             items = translation_items([r.id for r in load_references("sampled")])
         elif task == "layout":
-            from bench.layout.prompts import layout_items
+            from interp.prompts import layout_items
 
             items = layout_items()
         else:

@@ -278,6 +278,14 @@ def translation_items(ids: Iterable[str] | None = None) -> list[PromptItem]:
     return out
 
 
+def layout_items(ids: Iterable[str] | None = None) -> list[PromptItem]:
+    """The 150 layout prompts (bench/layout/data/prompts.jsonl) as prompt items."""
+    from bench.layout.prompts import load_layout_prompts
+
+    wanted = None if ids is None else set(ids)
+    return [PromptItem(p.id, "layout", p.text, p.subject) for p in load_layout_prompts() if wanted is None or p.id in wanted]
+
+
 def write_prompts(items: Sequence[PromptItem], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for it in items:

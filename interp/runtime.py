@@ -4,13 +4,16 @@
 embedded model from `interp.models`, a local folder, or a hub name already in the local cache). All
 hooked work (capture, patching, steering) runs through the bridge's hook points.
 
-Two forward paths, the same weights, the same numbers:
-- the **hooked path** is the bridge: every call that passes hooks goes through it;
+Two forward paths over the same weight tensors:
+- the **hooked path** is the bridge (eager attention, which the bridge forces): every call that
+  passes hooks goes through it;
 - the **plain path** is a second module tree that shares the bridge's parameter tensors (no copy)
-  without its hook points. Generation with no hooks attached uses it: the bridge's ~1,700 hook points
-  cost ~25% of a decode step on a small model on a CPU, for nothing when no hook is attached. Both
-  paths run eager attention (the bridge forces it), and a test checks that they give identical
-  logits. In compatibility mode the bridge processes its weights, so the plain path is switched off.
+  without its hook points, with Hugging Face's default attention kernel (`sdpa`). Generation with no
+  hooks attached uses it. Measured on SmolLM2 on 2 CPU cores (perf/bench_generation.py): the hook
+  points cost ~15-25% of a decode step, and eager attention halves throughput at batch 8 with
+  800-token prompts; neither buys anything when no hook is attached. The two paths agree to float
+  rounding (~3e-5 in the logits, tested); `plain_attention="eager"` makes them bit-identical (tested).
+  In compatibility mode the bridge processes its weights, so the plain path is switched off.
 
 Generation (`generate`) is a hand-written decode loop over either path: left padding with an
 attention mask and explicit position ids, the KV cache on, finished rows dropped from the batch (and
@@ -53,6 +56,7 @@ class ModelInfo:
     n_layers: int
     d_model: int
     chat: bool
+    plain_attention: str = "none"  #: attention kernel of the hook-free path (sdpa, eager, or none)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,7 +147,7 @@ class Runtime:
 
     @classmethod
     def load(cls, model: str, device: str | None = None, dtype: str | None = None, compat: bool = False,
-             plain_path: bool = True) -> "Runtime":
+             plain_path: bool = True, plain_attention: str = "sdpa") -> "Runtime":
         """Boot `model` (registry name, local HF folder, or a hub name in the local cache)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub at run time
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -162,11 +166,12 @@ class Runtime:
         device = device or _default_device()
         torch_dtype = _dtype(dtype, device)
         return cls.from_folder(folder, name=model, source=kind, device=device, dtype=torch_dtype, compat=compat,
-                               plain_path=plain_path)
+                               plain_path=plain_path, plain_attention=plain_attention)
 
     @classmethod
     def from_folder(cls, folder: Path, name: str | None = None, source: str = "folder", device: str = "cpu",
-                    dtype: Any = None, compat: bool = False, plain_path: bool = True) -> "Runtime":
+                    dtype: Any = None, compat: bool = False, plain_path: bool = True,
+                    plain_attention: str = "sdpa") -> "Runtime":
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -181,13 +186,20 @@ class Runtime:
 
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder)
-            hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="eager")
+            use_plain = plain_path and not compat
+            hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype,
+                                                      attn_implementation=plain_attention if use_plain else "eager")
             hf.to(device)
             hf.eval()
-            # the twin shares every parameter and buffer tensor with `hf`; the bridge rewires the twin
-            memo: dict[int, Any] = {id(p): p for p in hf.parameters()}
-            memo.update({id(b): b for b in hf.buffers()})
-            twin = copy.deepcopy(hf, memo) if plain_path and not compat else hf
+            if use_plain:
+                # the twin shares every parameter and buffer tensor with `hf` (its config is its own);
+                # the bridge rewires the twin and runs it with eager attention
+                memo: dict[int, Any] = {id(p): p for p in hf.parameters()}
+                memo.update({id(b): b for b in hf.buffers()})
+                twin = copy.deepcopy(hf, memo)
+                twin.set_attn_implementation("eager")
+            else:
+                twin = hf
             bridge = TransformerBridge.boot_transformers(str(folder), hf_model=twin, tokenizer=tokenizer,
                                                          device=device, dtype=dtype)
             if compat:
@@ -206,9 +218,9 @@ class Runtime:
             name=name or folder.name, source=source, path=str(folder), weights_digest=weights_digest(folder),
             architecture=arch, dtype=str(dtype).replace("torch.", ""), device=str(device), compat=compat,
             n_layers=int(bridge.cfg.n_layers), d_model=int(bridge.cfg.d_model),
-            chat=bool(getattr(tokenizer, "chat_template", None)),
+            chat=bool(getattr(tokenizer, "chat_template", None)), plain_attention=plain_attention if use_plain else "none",
         )
-        return cls(bridge, tokenizer, info, hf if (plain_path and not compat) else None)
+        return cls(bridge, tokenizer, info, hf if use_plain else None)
 
     # ------------------------------------------------------------------ forward passes
 
@@ -381,7 +393,7 @@ class Runtime:
         try:
             with torch.inference_mode():
                 self.bridge.run_with_hooks(ids, fwd_hooks=fwd_hooks, attention_mask=mask, position_ids=pos_ids,
-                                           return_type=None)
+                                           return_type=None, logits_to_keep=1)
         except Exception as e:  # noqa: BLE001
             if _is_oom(e):
                 raise ModelError(f"out of memory capturing a batch of {len(prompts)}: lower --batch-size") from None

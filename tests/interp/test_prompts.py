@@ -49,14 +49,9 @@ def test_few_shot_examples_come_first_by_task_and_render_valid_code():
 
 
 def test_examples_are_not_evaluated_prompts():
-    evaluated = {it.text for it in translation_items()}
-    try:
-        from bench.layout.prompts import layout_items
+    from interp.prompts import layout_items
 
-        evaluated |= {it.text for it in layout_items()}
-        evaluated |= {it.subject for it in layout_items()}
-    except ImportError:  # pragma: no cover - before the layout set exists
-        pass
+    evaluated = {it.text for it in translation_items()} | {it.text for it in layout_items()} | {it.subject for it in layout_items()}
     for e in EXAMPLES:
         assert e.text not in evaluated
         assert not any(e.text in t or (t and t in e.text) for t in evaluated)

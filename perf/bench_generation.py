@@ -1,0 +1,82 @@
+"""Generation throughput: the runtime vs Hugging Face `generate` on the same weights, side by side.
+
+    .venv/bin/python perf/bench_generation.py [--model smollm2-135m-instruct] [--tokens 64] [--repeats 3]
+
+For b = 1 and b = 8 (the first b translation prompts, few-shot protocol, left padded), every contender
+generates exactly `--tokens` new tokens greedily (no early stop):
+- `hf`: `AutoModelForCausalLM.generate` on a separately loaded plain model (its default attention);
+- `runtime`: `Runtime.generate` with no hooks (the plain path that shares the bridge's weights);
+- `runtime+hook`: the same with one no-op hook attached, which routes every step through the bridge;
+- `bridge.generate`: TransformerBridge's own generate loop.
+Rounds alternate between contenders so machine noise hits all of them; the table reports the median
+tokens/s (new tokens x batch / wall time) and each contender's ratio to `hf`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batches", default="1,8")
+    args = ap.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from interp.prompts import Protocol, build, translation_items
+    from interp.runtime import Runtime, Sampling, StopRule
+
+    torch.manual_seed(0)
+    rt = Runtime.load(args.model, device="cpu")
+    hf = AutoModelForCausalLM.from_pretrained(rt.info.path, dtype=torch.float32).eval()
+    proto = Protocol("few-shot", 1) if rt.info.chat else Protocol("completion", 1)
+    items = translation_items()
+    print(f"model {rt.info.name}, {torch.get_num_threads()} threads, {args.tokens} new tokens, median of {args.repeats}")
+    print(f"{'b':>3} {'contender':<15} {'tok/s':>8} {'vs hf':>7}")
+    for b in [int(x) for x in args.batches.split(",")]:
+        built = [build(it, proto, rt.tokenizer) for it in items[:b]]
+        prompts = [p.tokens for p in built]
+        rule = StopRule(max_new_tokens=args.tokens, eos=False, fence=False)
+        ids, mask, _ = rt.pad(prompts)
+
+        def run_hf() -> None:
+            with torch.inference_mode():
+                out = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.tokens, min_new_tokens=args.tokens,
+                                  do_sample=False, pad_token_id=rt.pad_id)
+            assert out.shape[1] - ids.shape[1] == args.tokens
+
+        def run_rt() -> None:
+            g = rt.generate(prompts, [Sampling()] * b, rule)
+            assert all(len(x.tokens) == args.tokens for x in g)
+
+        def run_hooked() -> None:
+            rt.generate(prompts, [Sampling()] * b, rule, hooks=[("blocks.0.hook_resid_pre", lambda a, hook: a)])
+
+        def run_bridge() -> None:
+            with torch.inference_mode():
+                rt.bridge.generate(ids, attention_mask=mask, max_new_tokens=args.tokens, stop_at_eos=False, do_sample=False,
+                                   verbose=False, return_type="tokens")
+
+        contenders = {"hf": run_hf, "runtime": run_rt, "runtime+hook": run_hooked, "bridge.generate": run_bridge}
+        times: dict[str, list[float]] = {k: [] for k in contenders}
+        run_rt()  # warm-up
+        for _ in range(args.repeats):
+            for name, fn in contenders.items():
+                t = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t)
+        base = b * args.tokens / statistics.median(times["hf"])
+        for name in contenders:
+            tps = b * args.tokens / statistics.median(times[name])
+            print(f"{b:>3} {name:<15} {tps:8.1f} {tps / base:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
