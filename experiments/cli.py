@@ -320,6 +320,77 @@ def capture(
         typer.echo(f"{path}: {s.shape[0]} prompts x {s.shape[1]} layers x {s.shape[2]} positions x {s.shape[3]} ({store_dtype})")
 
 
+layout_app = typer.Typer(help="The layout task: the 150 prompts, renders, validity and triviality tables.", no_args_is_help=True)
+app.add_typer(layout_app, name="layout")
+
+
+@layout_app.command("prompts")
+def layout_prompts(
+    out: Optional[Path] = typer.Option(None, "--out", help="Write them as a prompt file (JSONL); default: print a summary."),
+    tier: Optional[str] = typer.Option(None, "--tier", help="Only T1, T2 or T3."),
+) -> None:
+    """List the 150 layout prompts (3 tiers x 5 subcategories x 10), or write them as a prompt file."""
+    from bench.layout.prompts import TIERS, load_layout_prompts
+
+    if tier is not None and tier not in TIERS:
+        fail(f"--tier must be one of {', '.join(TIERS)}")
+    prompts = [p for p in load_layout_prompts() if tier is None or p.tier == tier]
+    if out is None:
+        for p in prompts:
+            typer.echo(f"{p.id}  {p.tier} {p.subcategory_name:<20} {p.text}")
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for p in prompts:
+            f.write(json.dumps({"id": p.id, "task": "layout", "text": p.text, "subject": p.subject, "tier": p.tier,
+                                "subcategory": p.subcategory}) + "\n")
+    typer.echo(f"wrote {len(prompts)} prompts to {out}")
+
+
+@app.command("renders")
+def render_run(
+    run: Path = typer.Option(..., "--run", help="Run directory with generations.jsonl."),
+    workers: Optional[int] = typer.Option(None, help="Sandbox workers (default: all cores)."),
+) -> None:
+    """Run every attempt of a run through the sandbox into RUN/renders.h5 (resumable)."""
+    from tqdm import tqdm
+
+    from experiments.generation import GENERATIONS, RunError, read_rows
+    from experiments.render import render_stage
+
+    if not (run / GENERATIONS).is_file():
+        fail(f"{run} has no {GENERATIONS}: run `ambench generate --out {run}` first")
+    try:
+        total = len(read_rows(run / GENERATIONS))
+        with tqdm(total=total, desc="render", unit="attempt", disable=None) as bar:
+            path = render_stage(run, workers, bar.update)
+    except RunError as e:
+        fail(str(e))
+    typer.echo(f"wrote {path}")
+
+
+@layout_app.command("table")
+def layout_table_cmd(
+    run: Path = typer.Option(..., "--run", help="Run directory (renders.h5 is made first when missing)."),
+    level: str = typer.Option("tier", "--by", help="tier or subcategory."),
+    as_json: bool = typer.Option(False, "--json", help="JSON rows instead of a table."),
+) -> None:
+    """Validity and triviality per model, protocol and tier (or subcategory)."""
+    from experiments.generation import GENERATIONS
+    from experiments.layout import format_table, layout_table
+    from experiments.render import render_stage
+
+    if level not in ("tier", "subcategory"):
+        fail("--by must be tier or subcategory")
+    if not (run / GENERATIONS).is_file():
+        fail(f"{run} has no {GENERATIONS}: run `ambench generate --task layout --out {run}` first")
+    render_stage(run)  # renders whatever is missing (a no-op when complete)
+    rows = layout_table(run, level)
+    if not rows:
+        fail(f"{run} has no layout attempts")
+    typer.echo(json.dumps(rows, indent=1) if as_json else format_table(rows, level))
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -1,0 +1,101 @@
+"""The render stage: every attempt of a run through the sandbox, into RUN/renders.h5 (resumable).
+
+`renders.h5`: `pixels` uint8 [n, 24, 24, 3] (zeros for invalid attempts), `key` (JSON of model,
+task, protocol, prompt id, sample), `outcome`, `reason`, `dominant_share` and `trivial`, appended in
+chunks, with a `complete` attribute raised after each flushed chunk (a kill mid-chunk is trimmed on
+resume, like the activation store).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from bench.layout.scoring import TRIVIAL_SHARE, dominant_share
+from experiments.generation import GENERATIONS, answer_text, read_rows
+
+RENDERS = "renders.h5"
+CHUNK = 256
+
+
+def row_key(r: dict[str, Any]) -> str:
+    return json.dumps([r["model"], r["task"], r["protocol"], r["prompt_id"], r["sample"]])
+
+
+def render_stage(run: Path, workers: int | None = None, progress: Callable[[int], None] | None = None,
+                 medium: str = "v1") -> Path:
+    import h5py
+
+    from bench.canvas.medium import get_medium
+    from bench.sandbox.pool import SandboxPool
+
+    med = get_medium(medium)
+    n = med.resolution
+    rows = read_rows(run / GENERATIONS)
+    path = run / RENDERS
+    str_t = h5py.string_dtype("utf-8")
+    with h5py.File(path, "a") as f:
+        if "pixels" not in f:
+            f.create_dataset("pixels", shape=(0, n, n, 3), maxshape=(None, n, n, 3), dtype=np.uint8, chunks=(64, n, n, 3),
+                             track_times=False)
+            for name in ("key", "outcome", "reason"):
+                f.create_dataset(name, shape=(0,), maxshape=(None,), dtype=str_t, chunks=(256,), track_times=False)
+            f.create_dataset("dominant_share", shape=(0,), maxshape=(None,), dtype=np.float32, chunks=(256,), track_times=False)
+            f.create_dataset("trivial", shape=(0,), maxshape=(None,), dtype=bool, chunks=(256,), track_times=False)
+            f.attrs["complete"] = 0
+            f.attrs["medium"] = medium
+            f.attrs["trivial_share"] = TRIVIAL_SHARE
+        done_n = int(f.attrs["complete"])
+        names = ("pixels", "key", "outcome", "reason", "dominant_share", "trivial")
+        for name in names:
+            if f[name].shape[0] != done_n:
+                f[name].resize(done_n, axis=0)
+        done = {k.decode() if isinstance(k, bytes) else k for k in f["key"][:]}
+        todo = [r for r in rows if row_key(r) not in done]
+        if progress and len(rows) - len(todo):
+            progress(len(rows) - len(todo))
+        with SandboxPool(workers=workers, medium=med) as pool:
+            for i in range(0, len(todo), CHUNK):
+                batch = todo[i: i + CHUNK]
+                results = pool.run([answer_text(r) for r in batch])
+                pix = np.zeros((len(batch), n, n, 3), dtype=np.uint8)
+                share = np.zeros(len(batch), dtype=np.float32)
+                for j, res in enumerate(results):
+                    if res.valid and res.pixels is not None:
+                        pix[j] = res.pixels
+                        share[j] = dominant_share(res.pixels)
+                start = int(f.attrs["complete"])
+                for name in names:
+                    f[name].resize(start + len(batch), axis=0)
+                f["pixels"][start:] = pix
+                f["key"][start:] = [row_key(r) for r in batch]
+                f["outcome"][start:] = [res.outcome for res in results]
+                f["reason"][start:] = [res.reason for res in results]
+                f["dominant_share"][start:] = share
+                f["trivial"][start:] = [bool(res.valid and s >= TRIVIAL_SHARE) for res, s in zip(results, share)]
+                f.flush()
+                f.attrs["complete"] = start + len(batch)
+                f.flush()
+                if progress:
+                    progress(len(batch))
+    return path
+
+
+def read_renders(run: Path) -> dict[str, dict[str, Any]]:
+    """key -> {outcome, reason, trivial, dominant_share, pixels}."""
+    import h5py
+
+    out = {}
+    with h5py.File(run / RENDERS, "r") as f:
+        n = int(f.attrs["complete"])
+        keys = [k.decode() if isinstance(k, bytes) else k for k in f["key"][:n]]
+        outcome = [k.decode() if isinstance(k, bytes) else k for k in f["outcome"][:n]]
+        reason = [k.decode() if isinstance(k, bytes) else k for k in f["reason"][:n]]
+        trivial, share, pixels = f["trivial"][:n], f["dominant_share"][:n], f["pixels"][:n]
+    for i, k in enumerate(keys):
+        out[k] = {"outcome": outcome[i], "reason": reason[i], "trivial": bool(trivial[i]), "dominant_share": float(share[i]),
+                  "pixels": pixels[i]}
+    return out

@@ -1,0 +1,73 @@
+"""Layout prompts (schema), triviality, the render stage and the validity/triviality table."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bench.layout.prompts import SUBCATEGORIES, LayoutPromptError, load_layout_prompts, validate
+from bench.layout.scoring import TRIVIAL_SHARE, dominant_share, is_trivial
+from experiments.generation import GENERATIONS, append_rows
+from experiments.layout import format_table, layout_table
+from experiments.render import read_renders, render_stage
+
+
+def test_the_150_prompts_load_and_follow_the_schema():
+    ps = load_layout_prompts()
+    assert len(ps) == 150 and len({p.id for p in ps}) == 150
+    for s in SUBCATEGORIES:
+        assert sum(p.subcategory == s for p in ps) == 10
+    assert all(p.subject in p.text and p.tier[1] == p.subcategory[0] for p in ps)
+
+
+def test_schema_errors_are_clear():
+    good = {"id": "1A-00", "tier": "T1", "tier_name": "elements", "subcategory": "1A", "subcategory_name": "single shapes",
+            "subject": "a dot", "text": "Draw a dot."}
+    assert validate([good], complete=False)[0].id == "1A-00"
+    for change, msg in [({"tier": "T4"}, "tier"), ({"subcategory": "2A", "subcategory_name": "flags"}, "does not belong"),
+                        ({"subject": "a cat"}, "not part of the text"), ({"id": "x"}, "should start with"),
+                        ({"text": ""}, "missing or empty")]:
+        with pytest.raises(LayoutPromptError, match=msg):
+            validate([dict(good, **change)], complete=False)
+    with pytest.raises(LayoutPromptError, match="duplicate"):
+        validate([good, good], complete=False)
+    with pytest.raises(LayoutPromptError, match="needs 10 prompts"):
+        validate([good])
+
+
+def test_triviality_threshold():
+    img = np.full((24, 24, 3), 255, np.uint8)
+    assert dominant_share(img) == 1.0 and is_trivial(img)
+    img[0, :24] = 0  # 24 cells differ: 552/576 = 0.958
+    assert is_trivial(img)
+    img[1, :5] = 0  # 29 cells differ: 547/576 = 0.9497
+    assert not is_trivial(img) and TRIVIAL_SHARE == 0.95
+
+
+def _row(pid, sample, text, model="m"):
+    return {"task": "layout", "prompt_id": pid, "model": model, "protocol": "zero-shot", "sample": sample, "seed": 1,
+            "temperature": 0.0, "prefix": "", "text": text, "code": None, "n_tokens": 1, "stop": "eos", "entropy": [0.1],
+            "mean_entropy": 0.1}
+
+
+def test_render_stage_and_table(tmp_path):
+    rows = [_row("1A-00", 0, "```python\nfill('white')\ncircle(12, 12, 6, 'red')\n```"),
+            _row("1A-00", 1, "fill('blue')"),
+            _row("2A-00", 0, "import pygame\npygame.init()"),
+            _row("3A-00", 0, "fill('white')\nrect(0, 0, 12, 24, 'green')")]
+    append_rows(tmp_path / GENERATIONS, rows)
+    render_stage(tmp_path, workers=1)
+    r = read_renders(tmp_path)
+    assert len(r) == 4
+    t = {x["tier"]: x for x in layout_table(tmp_path)}
+    assert (t["T1"]["attempts"], t["T1"]["valid"], t["T1"]["trivial"]) == (2, 2, 1)
+    assert (t["T2"]["valid"], t["T3"]["valid"], t["T3"]["trivial"]) == (0, 1, 0)
+    assert t["all"]["attempts"] == 4 and abs(t["all"]["valid_rate"] - 0.75) < 1e-12
+    assert "trivial" in format_table(list(t.values()), "tier")
+    # resumable: new rows are rendered, old ones are not redone
+    append_rows(tmp_path / GENERATIONS, [_row("3E-00", 0, "fill('black')")])
+    render_stage(tmp_path, workers=1)
+    assert len(read_renders(tmp_path)) == 5
+    subs = layout_table(tmp_path, "subcategory")
+    assert {x["subcategory"] for x in subs} == {"1A", "2A", "3A", "3E", "all"}
+    json.dumps(subs)
