@@ -391,6 +391,44 @@ def layout_table_cmd(
     typer.echo(json.dumps(rows, indent=1) if as_json else format_table(rows, level))
 
 
+@app.command()
+def judge(
+    run: Path = typer.Option(..., "--run", help="Run directory with layout attempts."),
+    name: str = typer.Option(..., "--judge", help="A name for this judge (it keys the verdict cache), e.g. qwen25vl7b."),
+    base_url: str = typer.Option(..., "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, llama.cpp)."),
+    judge_model: str = typer.Option(..., "--judge-model", help="Model name the endpoint serves."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable that holds the API key, if any."),
+    timeout: float = typer.Option(60.0, "--timeout", min=1.0),
+) -> None:
+    """Judge every valid layout attempt with a VLM (5-dimension rubric, cached), then print pass@k and T2/T3."""
+    import os
+
+    from tqdm import tqdm
+
+    from bench.layout.judge import JudgeError, OpenAIJudge, VerdictParseError
+    from experiments.generation import GENERATIONS, read_rows
+    from experiments.judging import JUDGE_SCORES, inversion_table, judge_stage, pass_at_k_table
+
+    if not (run / GENERATIONS).is_file():
+        fail(f"{run} has no {GENERATIONS}")
+    key = os.environ.get(api_key_env) if api_key_env else None
+    if api_key_env and not key:
+        fail(f"--api-key-env {api_key_env} is not set")
+    j = OpenAIJudge(name, base_url, judge_model, api_key=key, timeout=timeout)
+    total = sum(r["task"] == "layout" for r in read_rows(run / GENERATIONS))
+    try:
+        with tqdm(total=total, desc=f"judge {name}", unit="attempt", disable=None) as bar:
+            counts = judge_stage(run, j, bar.update)
+    except (JudgeError, VerdictParseError) as e:
+        fail(str(e))
+    typer.echo(json.dumps(counts))
+    rows = [r for r in read_rows(run / JUDGE_SCORES) if r["judge"] == name]
+    for r in pass_at_k_table(rows):
+        typer.echo(json.dumps(r))
+    for r in inversion_table(rows):
+        typer.echo(json.dumps(r))
+
+
 def main() -> None:  # pragma: no cover
     app()
 

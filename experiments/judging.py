@@ -1,0 +1,119 @@
+"""Judging a run's layout attempts, and the analyses over verdicts (pass@k, judge agreement, T2/T3 inversion)."""
+
+from __future__ import annotations
+
+import json
+from math import comb
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from bench.layout.judge import DIMENSIONS, PASS, RUBRIC_VERSION, VerdictCache, cache_key, png_bytes
+from bench.layout.prompts import by_id
+from experiments.generation import GENERATIONS, read_rows
+from experiments.render import read_renders, render_stage, row_key
+
+JUDGE_SCORES = "judge_scores.jsonl"
+JUDGE_CACHE = "judge_cache.jsonl"
+
+
+def judge_stage(run: Path, judge: Any, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+    """Judge every valid layout attempt (cached), then rewrite RUN/judge_scores.jsonl for this judge.
+
+    Invalid attempts are not sent: they score 0 on every dimension and fail."""
+    render_stage(run)
+    prompts = by_id()
+    renders = read_renders(run)
+    cache = VerdictCache(run / JUDGE_CACHE)
+    rows = [r for r in read_rows(run / GENERATIONS) if r["task"] == "layout" and r["prompt_id"] in prompts]
+    out, asked, cached = [], 0, 0
+    for r in rows:
+        rend = renders[row_key(r)]
+        base = {k: r[k] for k in ("model", "protocol", "prompt_id", "sample")}
+        base.update(judge=judge.name, rubric=RUBRIC_VERSION, tier=prompts[r["prompt_id"]].tier,
+                    subcategory=prompts[r["prompt_id"]].subcategory)
+        if rend["outcome"] != "ok":
+            out.append(dict(base, valid=False, scores={d: 0 for d in DIMENSIONS}, overall=0.0, passed=False))
+        else:
+            png = png_bytes(rend["pixels"])
+            key = cache_key(png, prompts[r["prompt_id"]].text, judge.name)
+            v = cache.get(key)
+            if v is None:
+                v = judge.judge(prompts[r["prompt_id"]].text, png)
+                cache.put(key, v)
+                asked += 1
+            else:
+                cached += 1
+            out.append(dict(base, valid=True, scores=v.scores, overall=round(v.overall, 6), passed=v.passed))
+        if progress:
+            progress(1)
+    path = run / JUDGE_SCORES
+    keep = [x for x in read_rows(path) if x["judge"] != judge.name] if path.exists() else []
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for x in keep + out:
+            f.write(json.dumps(x, sort_keys=True) + "\n")
+    tmp.replace(path)
+    return {"attempts": len(out), "asked": asked, "cached": cached}
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), for n attempts with c passes."""
+    if k > n:
+        raise ValueError(f"k={k} > n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def pass_at_k_table(rows: Iterable[dict[str, Any]], ks: Iterable[int] = (1, 3, 5, 10)) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str, str], dict[str, list[bool]]] = {}
+    for r in rows:
+        groups.setdefault((r["judge"], r["model"], r["protocol"]), {}).setdefault(r["prompt_id"], []).append(r["passed"])
+    out = []
+    for (judge, model, protocol), per_prompt in sorted(groups.items()):
+        n_min = min(len(v) for v in per_prompt.values())
+        row: dict[str, Any] = {"judge": judge, "model": model, "protocol": protocol, "prompts": len(per_prompt)}
+        for k in ks:
+            if k <= n_min:
+                row[f"pass@{k}"] = float(np.mean([pass_at_k(len(v), sum(v), k) for v in per_prompt.values()]))
+        out.append(row)
+    return out
+
+
+def judge_agreement(rows: Iterable[dict[str, Any]], a: str, b: str) -> dict[str, Any]:
+    """Spearman between two judges' overall scores, at model level and at sample level."""
+    from scipy.stats import spearmanr
+
+    by: dict[str, dict[tuple, float]] = {a: {}, b: {}}
+    for r in rows:
+        if r["judge"] in by:
+            by[r["judge"]][(r["model"], r["protocol"], r["prompt_id"], r["sample"])] = r["overall"]
+    common = sorted(set(by[a]) & set(by[b]))
+    if len(common) < 3:
+        raise ValueError(f"judges {a} and {b} share {len(common)} attempts; need at least 3")
+    sample = spearmanr([by[a][k] for k in common], [by[b][k] for k in common])
+    models = sorted({k[0] for k in common})
+    ma = [np.mean([by[a][k] for k in common if k[0] == m]) for m in models]
+    mb = [np.mean([by[b][k] for k in common if k[0] == m]) for m in models]
+    model_rho = float(spearmanr(ma, mb).statistic) if len(models) >= 3 else None
+    return {"judges": [a, b], "attempts": len(common), "sample_rho": float(sample.statistic), "sample_p": float(sample.pvalue),
+            "models": len(models), "model_rho": model_rho}
+
+
+def inversion_table(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean overall score on T2 (icons) and T3 (compositions) per judge and model; inverted when T3 > T2."""
+    acc: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for r in rows:
+        if r["tier"] in ("T2", "T3"):
+            acc.setdefault((r["judge"], r["model"]), {"T2": [], "T3": []})[r["tier"]].append(r["overall"])
+    out = []
+    for (judge, model), t in sorted(acc.items()):
+        if t["T2"] and t["T3"]:
+            t2, t3 = float(np.mean(t["T2"])), float(np.mean(t["T3"]))
+            out.append({"judge": judge, "model": model, "T2": t2, "T3": t3, "inverted": t3 > t2})
+    return out
+
+
+__all__ = ["JUDGE_SCORES", "PASS", "inversion_table", "judge_agreement", "judge_stage", "pass_at_k", "pass_at_k_table"]
