@@ -51,3 +51,23 @@ def format_table(rows: list[dict[str, Any]], level: str) -> str:
                      f"{100 * r['trivial_rate']:7.1f}% {tv:>10}")
     lines.append(f"(trivial: the most frequent colour covers >= {100 * TRIVIAL_SHARE:.0f}% of the cells)")
     return "\n".join(lines)
+
+
+def paired_delta(a: dict[str, list[float]], b: dict[str, list[float]], n_boot: int = 10_000, seed: int = 0,
+                 level: float = 0.95) -> dict[str, Any]:
+    """Mean per-prompt difference (b - a) over prompts both arms have, with a prompt-clustered bootstrap CI.
+
+    Each arm's prompt score is the mean over its attempts; prompts (the clusters) are resampled with
+    replacement `n_boot` times from a seeded generator; the CI is the percentile interval."""
+    import numpy as np
+
+    common = sorted(set(a) & set(b))
+    if len(common) < 2:
+        raise ValueError("need at least 2 prompts scored in both arms")
+    d = np.array([np.mean(b[p]) - np.mean(a[p]) for p in common])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(d), size=(n_boot, len(d)))
+    boots = d[idx].mean(axis=1)
+    lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return {"prompts": len(common), "delta": float(d.mean()), "ci": [float(lo), float(hi)], "level": level,
+            "n_boot": n_boot, "seed": seed}
