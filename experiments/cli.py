@@ -246,6 +246,7 @@ def generate(
     out: Path = typer.Option(..., "--out", help="Run directory; an existing one is resumed."),
     protocol: str = typer.Option("auto", "--protocol", help="auto, zero-shot, few-shot or completion."),
     shots: int = typer.Option(2, "--shots", min=0, help="Worked examples for few-shot and completion."),
+    output: str = typer.Option("canvas", "--output", help="canvas (Python canvas code) or svg (raw SVG, the medium ablation)."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Temperature of the sampled attempts."),
     seed: int = typer.Option(0, "--seed", help="Run seed; each attempt's seed is derived from it and recorded."),
     max_new_tokens: int = typer.Option(384, "--max-new-tokens", min=1),
@@ -266,7 +267,9 @@ def generate(
 
     items = _load_items(task, prompts, limit)
     rt = _runtime(model, device, dtype, compat)
-    settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots)
+    if output not in ("canvas", "svg"):
+        fail("--output must be canvas or svg")
+    settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots, output)
     t0, tokens = time.perf_counter(), [0]
     with tqdm(total=len(items) * (samples + 1), desc=f"generate {model}", unit="attempt", disable=None) as bar:
         def progress(n: int, new_tokens: int) -> None:
@@ -279,7 +282,7 @@ def generate(
         except (RunError, PromptError) as e:
             fail(str(e))
     typer.echo(json.dumps(counts))
-    if check:
+    if check and output == "canvas":
         ids = {i.id for i in items}
         rows = [r for r in read_rows(out / GENERATIONS) if r["model"] == model and r["prompt_id"] in ids]
         for (m, t, p), v in sorted(validity(rows).items()):
@@ -389,6 +392,54 @@ def layout_table_cmd(
     if not rows:
         fail(f"{run} has no layout attempts")
     typer.echo(json.dumps(rows, indent=1) if as_json else format_table(rows, level))
+
+
+@layout_app.command("compare")
+def layout_compare(
+    run: Path = typer.Option(..., "--run", help="Run directory."),
+    a: str = typer.Option(..., "--a", help="Protocol label of arm A, e.g. zero-shot (canvas)."),
+    b: str = typer.Option(..., "--b", help="Protocol label of arm B, e.g. svg/zero-shot."),
+    judge_name: Optional[str] = typer.Option(None, "--judge", help="Compare judge overall scores; default: valid and non-trivial (0/1)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Only this model (default: every model in the run, each separately)."),
+    n_boot: int = typer.Option(10_000, "--boot", min=100),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Paired per-prompt delta B - A (e.g. SVG - canvas) with a prompt-clustered bootstrap CI."""
+    from experiments.generation import GENERATIONS, read_rows
+    from experiments.judging import JUDGE_SCORES
+    from experiments.layout import paired_delta
+    from experiments.render import read_renders, render_stage, row_key
+
+    if not (run / GENERATIONS).is_file():
+        fail(f"{run} has no {GENERATIONS}")
+    render_stage(run)
+    arms: dict[tuple[str, str], dict[str, list[float]]] = {}
+    if judge_name:
+        if not (run / JUDGE_SCORES).is_file():
+            fail(f"{run} has no judge scores: run `ambench judge --run {run} --judge {judge_name} ...` first")
+        for r in read_rows(run / JUDGE_SCORES):
+            if r["judge"] == judge_name:
+                arms.setdefault((r["model"], r["protocol"]), {}).setdefault(r["prompt_id"], []).append(r["overall"])
+    else:
+        renders = read_renders(run)
+        for r in read_rows(run / GENERATIONS):
+            if r["task"] == "layout":
+                x = renders[row_key(r)]
+                good = float(x["outcome"] == "ok" and not x["trivial"])
+                arms.setdefault((r["model"], r["protocol"]), {}).setdefault(r["prompt_id"], []).append(good)
+    models = sorted({m for m, _ in arms} if model is None else {model})
+    metric = f"judge {judge_name} overall" if judge_name else "valid and non-trivial"
+    shown = 0
+    for m in models:
+        if (m, a) in arms and (m, b) in arms:
+            try:
+                res = paired_delta(arms[(m, a)], arms[(m, b)], n_boot=n_boot, seed=seed)
+            except ValueError as e:
+                fail(f"{m}: {e}")
+            typer.echo(json.dumps({"model": m, "a": a, "b": b, "metric": metric, **res}))
+            shown += 1
+    if not shown:
+        fail(f"no model in {run} has both arms {a!r} and {b!r}")
 
 
 @app.command()

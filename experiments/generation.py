@@ -47,6 +47,7 @@ class GenerateSettings:
     batch_size: int = 8
     protocol: str = "auto"
     shots: int = 2
+    output: str = "canvas"  #: canvas code or raw SVG (the medium ablation)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -130,7 +131,7 @@ class Attempt:
 
 
 def plan_attempts(runtime: Any, items: Sequence[PromptItem], s: GenerateSettings, model: str) -> list[Attempt]:
-    protocol = Protocol(s.protocol, s.shots)
+    protocol = Protocol(s.protocol, s.shots, output=s.output)
     out = []
     for item in items:
         built = build(item, protocol, runtime.tokenizer, chat=runtime.info.chat)
@@ -141,12 +142,12 @@ def plan_attempts(runtime: Any, items: Sequence[PromptItem], s: GenerateSettings
 
 
 def _row(model: str, a: Attempt, g: Any) -> dict[str, Any]:
-    prefix = "```python\n" if a.prompt.open_fence else ""
+    prefix = a.prompt.opener
     ent = [round(x, ENTROPY_DECIMALS) for x in g.entropy]
     return {
         "task": a.item.task, "prompt_id": a.item.id, "model": model, "protocol": a.prompt.protocol,
         "sample": a.sample, "seed": a.seed, "temperature": a.temperature, "prefix": prefix, "text": g.text,
-        "code": extract_code(prefix + g.text), "n_tokens": len(g.tokens), "stop": g.stop, "entropy": ent,
+        "code": extract_code(prefix + g.text) if not a.prompt.protocol.startswith("svg/") else None, "n_tokens": len(g.tokens), "stop": g.stop, "entropy": ent,
         "mean_entropy": round(sum(g.entropy) / len(g.entropy), ENTROPY_DECIMALS) if g.entropy else None,
     }
 
@@ -202,7 +203,7 @@ def generate_stage(runtime: Any, items: Sequence[PromptItem], run: Path, s: Gene
 
 def regenerate(runtime: Any, item: PromptItem, row: dict[str, Any], s: GenerateSettings) -> dict[str, Any]:
     """Redo one recorded attempt alone, from its row (seed, temperature, protocol)."""
-    protocol = Protocol(s.protocol, s.shots)
+    protocol = Protocol(s.protocol, s.shots, output=s.output)
     built = build(item, protocol, runtime.tokenizer, chat=runtime.info.chat)
     if built.protocol != row["protocol"]:
         raise RunError(f"the row was made with protocol {row['protocol']}, these settings give {built.protocol}")

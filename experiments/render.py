@@ -8,7 +8,9 @@ resume, like the activation store).
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -60,7 +62,7 @@ def render_stage(run: Path, workers: int | None = None, progress: Callable[[int]
         with SandboxPool(workers=workers, medium=med) as pool:
             for i in range(0, len(todo), CHUNK):
                 batch = todo[i: i + CHUNK]
-                results = pool.run([answer_text(r) for r in batch])
+                results = _render_batch(pool, batch, run, n)
                 pix = np.zeros((len(batch), n, n, 3), dtype=np.uint8)
                 share = np.zeros(len(batch), dtype=np.float32)
                 for j, res in enumerate(results):
@@ -82,6 +84,39 @@ def render_stage(run: Path, workers: int | None = None, progress: Callable[[int]
                 if progress:
                     progress(len(batch))
     return path
+
+
+@dataclass
+class _Svg:
+    outcome: str
+    reason: str
+    pixels: np.ndarray | None
+
+    @property
+    def valid(self) -> bool:
+        return self.outcome == "ok"
+
+
+def _render_batch(pool: Any, batch: list[dict[str, Any]], run: Path, n: int) -> list[Any]:
+    """Canvas attempts go through the sandbox; SVG attempts (protocol `svg/...`) are sanitised and drawn
+    by resvg at 24x24 (stored) and at native 512 (written to RUN/svg_native/<key hash>.png)."""
+    from bench.canvas.png import save_png
+    from bench.svg.medium import NATIVE, render_attempt
+
+    is_svg = [r["protocol"].startswith("svg/") for r in batch]
+    canvas = iter(pool.run([answer_text(r) for r, s in zip(batch, is_svg) if not s]) if not all(is_svg) else [])
+    out: list[Any] = []
+    for r, s in zip(batch, is_svg):
+        if not s:
+            out.append(next(canvas))
+            continue
+        got = render_attempt(answer_text(r), (NATIVE, n))
+        if got["outcome"] == "ok":
+            native = run / "svg_native" / (hashlib.sha256(row_key(r).encode()).hexdigest()[:20] + ".png")
+            native.parent.mkdir(parents=True, exist_ok=True)
+            save_png(got["pixels"][NATIVE], native, scale=1)
+        out.append(_Svg(got["outcome"], got["reason"], got["pixels"].get(n)))
+    return out
 
 
 def read_renders(run: Path) -> dict[str, dict[str, Any]]:

@@ -88,6 +88,7 @@ class Example:
     task: str
     text: str
     code: str
+    svg: str = ""  #: the same picture as SVG (layout examples), for the SVG medium
 
 
 #: Worked examples for few-shot and completion protocols. None of them is (or paraphrases) an
@@ -96,10 +97,16 @@ EXAMPLES: tuple[Example, ...] = (
     Example(
         "layout", "Draw a red ball resting on green grass under a light blue sky.",
         "fill('light_blue')\nrect(18, 0, 6, 24, 'green')\ncircle(14, 12, 4, 'red')",
+        '<svg xmlns="http://www.w3.org/2000/svg" width="512" height="512" viewBox="0 0 512 512">\n'
+        '<rect width="512" height="512" fill="#add8e6"/>\n<rect y="384" width="512" height="128" fill="#008000"/>\n'
+        '<circle cx="256" cy="309" r="85" fill="#ff0000"/>\n</svg>',
     ),
     Example(
         "layout", "Draw a yellow lamp post standing on the left with a dark night around it.",
         "fill('navy')\nrect(6, 4, 18, 2, 'gray')\ncircle(5, 5, 3, 'yellow')\nrect(22, 0, 2, 24, 'dark_gray')",
+        '<svg xmlns="http://www.w3.org/2000/svg" width="512" height="512" viewBox="0 0 512 512">\n'
+        '<rect width="512" height="512" fill="#000080"/>\n<rect x="85" y="128" width="43" height="384" fill="#808080"/>\n'
+        '<circle cx="107" cy="107" r="64" fill="#ffff00"/>\n<rect y="469" width="512" height="43" fill="#404040"/>\n</svg>',
     ),
     Example(
         "translation",
@@ -121,16 +128,20 @@ EXAMPLES: tuple[Example, ...] = (
 )
 
 
-def examples_for(task: str, k: int) -> list[Example]:
-    """k examples, those of the same task first, in a fixed order (deterministic)."""
-    ordered = [e for e in EXAMPLES if e.task == task] + [e for e in EXAMPLES if e.task != task]
+def examples_for(task: str, k: int, medium: str = "canvas") -> list[Example]:
+    """k examples, those of the same task first, in a fixed order (deterministic); SVG: layout examples only."""
+    pool = [e for e in EXAMPLES if e.svg] if medium == "svg" else list(EXAMPLES)
+    ordered = [e for e in pool if e.task == task] + [e for e in pool if e.task != task]
     if k > len(ordered):
         raise PromptError(f"only {len(ordered)} worked examples exist; asked for {k}")
     return ordered[:k]
 
 
-def fence(code: str) -> str:
-    return f"```python\n{code}\n```"
+LANG = {"canvas": "python", "svg": "svg"}
+
+
+def fence(code: str, medium: str = "canvas") -> str:
+    return f"```{LANG[medium]}\n{code}\n```"
 
 
 @dataclass(frozen=True)
@@ -138,10 +149,13 @@ class Protocol:
     name: str = "auto"
     shots: int = 2  #: examples for few-shot and completion
     medium: Medium = field(default=V1, compare=False)
+    output: str = "canvas"  #: what the model writes: canvas code (v1 medium) or raw SVG (Exp. 2)
 
     def __post_init__(self) -> None:
         if self.name not in PROTOCOLS:
             raise PromptError(f"unknown protocol {self.name!r}: use one of {', '.join(PROTOCOLS)}")
+        if self.output not in LANG:
+            raise PromptError(f"unknown output medium {self.output!r}: use canvas or svg")
         if self.shots < 0:
             raise PromptError("shots must be >= 0")
 
@@ -151,11 +165,12 @@ class Protocol:
             name = "zero-shot" if has_chat_template else "completion"
         if name in ("zero-shot", "few-shot") and not has_chat_template:
             raise PromptError(f"protocol {name!r} needs a chat template and this model has none: use 'completion'")
-        return Protocol(name, self.shots if name != "zero-shot" else 0, self.medium)
+        return Protocol(name, self.shots if name != "zero-shot" else 0, self.medium, self.output)
 
     @property
     def label(self) -> str:
-        return self.name if self.name == "zero-shot" else f"{self.name}-{self.shots}"
+        base = self.name if self.name == "zero-shot" else f"{self.name}-{self.shots}"
+        return base if self.output == "canvas" else f"{self.output}/{base}"
 
 
 @dataclass(frozen=True)
@@ -166,16 +181,22 @@ class BuiltPrompt:
     tokens: tuple[int, ...]
     positions: dict[str, int]
     open_fence: bool  #: the prompt ends inside a code fence (the first ``` the model writes closes it)
+    opener: str = ""  #: the fence line the prompt ends with (prepend it to the answer to read the program)
 
 
 def build_text(item: PromptItem, protocol: Protocol, tokenizer: Any) -> tuple[str, int, int, bool]:
     """The prompt text, the character offsets where the subject and the request end, open-fence flag."""
-    system = system_prompt(protocol.medium)
-    shots = examples_for(item.task, protocol.shots) if protocol.shots else []
+    out = protocol.output
+    if out == "svg":
+        from bench.svg.medium import SYSTEM_PROMPT as system
+    else:
+        system = system_prompt(protocol.medium)
+    shots = examples_for(item.task, protocol.shots, out) if protocol.shots else []
     if protocol.name in ("zero-shot", "few-shot"):
         messages = [{"role": "system", "content": system}]
         for ex in shots:
-            messages += [{"role": "user", "content": ex.text}, {"role": "assistant", "content": fence(ex.code)}]
+            messages += [{"role": "user", "content": ex.text},
+                         {"role": "assistant", "content": fence(ex.svg if out == "svg" else ex.code, out)}]
         messages.append({"role": "user", "content": item.text})
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         at = text.rfind(item.text)
@@ -185,9 +206,9 @@ def build_text(item: PromptItem, protocol: Protocol, tokenizer: Any) -> tuple[st
     elif protocol.name == "completion":
         parts = [system, ""]
         for ex in shots:
-            parts += [f"Request: {ex.text}", fence(ex.code), ""]
+            parts += [f"Request: {ex.text}", fence(ex.svg if out == "svg" else ex.code, out), ""]
         head = "\n".join(parts) + "Request: "
-        text = head + item.text + "\n```python\n"
+        text = head + item.text + f"\n```{LANG[out]}\n"
         at = len(head)
         open_fence = True
     else:  # pragma: no cover - resolve() runs first
@@ -220,7 +241,8 @@ def build(item: PromptItem, protocol: Protocol, tokenizer: Any, chat: bool | Non
         "turn": _last_token_before(offsets, turn_end),
         "last": len(ids) - 1,
     }
-    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence)
+    opener = f"```{LANG[proto.output]}\n" if open_fence else ""
+    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence, opener)
 
 
 # --------------------------------------------------------------------------- prompt files

@@ -92,3 +92,43 @@ def test_paired_delta_bootstrap_known_answer_and_coverage():
     assert 0.88 <= hits / 200 <= 0.99
     with pytest.raises(ValueError, match="at least 2 prompts"):
         paired_delta({"x": [1.0]}, {"y": [1.0]})
+
+
+def test_svg_attempts_render_and_compare_with_canvas(tmp_path):
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    svg = ('<svg xmlns="http://www.w3.org/2000/svg" width="512" height="512"><rect width="512" height="512" fill="white"/>'
+           '<circle cx="256" cy="256" r="150" fill="red"/></svg>')
+    rows = []
+    for i, pid in enumerate(["1A-00", "1A-01", "2A-00"]):
+        rows.append(_row(pid, 0, "fill('white')"))  # canvas: trivial
+        s = dict(_row(pid, 0, "```svg\n" + svg + "\n```"), protocol="svg/zero-shot")
+        rows.append(s)
+    rows.append(dict(_row("2A-01", 0, "<svg xmlns='http://www.w3.org/2000/svg'><script/></svg>"), protocol="svg/zero-shot"))
+    append_rows(tmp_path / GENERATIONS, rows)
+    render_stage(tmp_path, workers=1)
+    r = read_renders(tmp_path)
+    svg_rows = {k: v for k, v in r.items() if "svg/" in k}
+    assert sum(v["outcome"] == "ok" for v in svg_rows.values()) == 3
+    assert any("script" in v["reason"] for v in svg_rows.values())
+    assert len(list((tmp_path / "svg_native").glob("*.png"))) == 3
+    res = CliRunner().invoke(app, ["layout", "compare", "--run", str(tmp_path), "--a", "zero-shot", "--b", "svg/zero-shot",
+                                   "--boot", "200"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert out["delta"] == 1.0 and out["prompts"] == 3
+
+
+def test_svg_protocol_prompts(tmp_path):
+    from interp.prompts import PromptItem, Protocol, build
+    from tests.interp.tiny import build_tiny
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "t"))
+    item = PromptItem("x", "layout", "Draw a cat.", "a cat")
+    b = build(item, Protocol("few-shot", 2, output="svg"), tok)
+    assert b.protocol == "svg/few-shot-2" and "SVG image of 512x512" in b.text and "```svg\n<svg" in b.text and "fill(" not in b.text
+    c = build(item, Protocol("completion", 0, output="svg"), tok)
+    assert c.opener == "```svg\n" and c.protocol == "svg/completion-0"
