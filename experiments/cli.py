@@ -480,6 +480,45 @@ def judge(
         typer.echo(json.dumps(r))
 
 
+human_app = typer.Typer(help="Human validation kit: pairwise comparisons to click through, and agreement.", no_args_is_help=True)
+app.add_typer(human_app, name="human")
+
+
+@human_app.command("export")
+def human_export(
+    run: Path = typer.Option(..., "--run", help="Run directory with layout attempts."),
+    out: Path = typer.Option(..., "--out", help="Folder for index.html and pairs.json."),
+    pairs: int = typer.Option(40, "--pairs", min=1),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Write a static HTML page of pairwise comparisons (two mosaics, one prompt) for annotators."""
+    from experiments.human import export_kit
+
+    try:
+        meta = export_kit(run, out, pairs, seed)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e))
+    typer.echo(f"wrote {out / 'index.html'} with {len(meta['pairs'])} pairs (kit {meta['kit']})")
+
+
+@human_app.command("import")
+def human_import(
+    kit: Path = typer.Option(..., "--kit", help="The folder `human export` wrote."),
+    answers: list[Path] = typer.Argument(..., help="Answer files downloaded from the page, one per annotator."),
+    run: Optional[Path] = typer.Option(None, "--run", help="Run with judge scores, for judge-vs-human agreement."),
+    judge_name: Optional[str] = typer.Option(None, "--judge"),
+    margin: float = typer.Option(1.0, "--margin", help="Judge score gap that makes a pair 'separated'."),
+) -> None:
+    """Krippendorff's alpha between annotators, and judge-vs-human agreement on separated pairs."""
+    from experiments.human import import_answers
+
+    try:
+        res = import_answers(kit, answers, run, judge_name, margin)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        fail(str(e))
+    typer.echo(json.dumps(res, indent=1))
+
+
 def main() -> None:  # pragma: no cover
     app()
 
