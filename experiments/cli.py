@@ -446,8 +446,10 @@ def layout_compare(
 def judge(
     run: Path = typer.Option(..., "--run", help="Run directory with layout attempts."),
     name: str = typer.Option(..., "--judge", help="A name for this judge (it keys the verdict cache), e.g. qwen25vl7b."),
-    base_url: str = typer.Option(..., "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, llama.cpp)."),
-    judge_model: str = typer.Option(..., "--judge-model", help="Model name the endpoint serves."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, llama.cpp)."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Model name the endpoint serves."),
+    local_folder: Optional[Path] = typer.Option(None, "--local-folder", help="Or: a local transformers VLM folder (weights on disk)."),
+    device: str = typer.Option("cpu", "--device", help="Device of a local VLM judge."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable that holds the API key, if any."),
     timeout: float = typer.Option(60.0, "--timeout", min=1.0),
 ) -> None:
@@ -465,7 +467,19 @@ def judge(
     key = os.environ.get(api_key_env) if api_key_env else None
     if api_key_env and not key:
         fail(f"--api-key-env {api_key_env} is not set")
-    j = OpenAIJudge(name, base_url, judge_model, api_key=key, timeout=timeout)
+    if (base_url is None) == (local_folder is None):
+        fail("give either --base-url with --judge-model, or --local-folder")
+    if local_folder is not None:
+        from interp.vlm_judge import TransformersJudge
+
+        try:
+            j = TransformersJudge(name, local_folder, device=device)
+        except JudgeError as e:
+            fail(str(e))
+    else:
+        if not judge_model:
+            fail("--base-url needs --judge-model")
+        j = OpenAIJudge(name, base_url, judge_model, api_key=key, timeout=timeout)
     total = sum(r["task"] == "layout" for r in read_rows(run / GENERATIONS))
     try:
         with tqdm(total=total, desc=f"judge {name}", unit="attempt", disable=None) as bar:

@@ -46,3 +46,33 @@ def build_tiny(folder: Path, n_layers: int = 2, d_model: int = 32, seed: int = 0
         model.lm_head.weight.mul_(8.0)
     model.save_pretrained(folder)
     return folder
+
+
+VLM_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'text' %}{{ c['text'] }}{% else %}<image>{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tiny_vlm(folder: Path) -> Path:
+    """A tiny random LLaVA (CLIP vision tower + Llama) with a processor, saved as a local folder."""
+    from transformers import (AutoTokenizer, CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
+                              LlavaForConditionalGeneration, LlavaProcessor)
+
+    tok = AutoTokenizer.from_pretrained(build_tiny(folder.with_name(folder.name + "-tok")))
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tok.chat_template = VLM_TEMPLATE
+    proc = LlavaProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
+                          tokenizer=tok, patch_size=8, vision_feature_select_strategy="default",
+                          num_additional_image_tokens=1, chat_template=VLM_TEMPLATE)
+    cfg = LlavaConfig(
+        text_config=LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                num_attention_heads=4, num_key_value_heads=2),
+        vision_config=CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                       image_size=32, patch_size=8),
+        image_token_index=tok.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
+        vision_feature_layer=-1)
+    LlavaForConditionalGeneration(cfg).save_pretrained(folder)
+    proc.save_pretrained(folder)
+    return folder
