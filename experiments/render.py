@@ -1,7 +1,8 @@
 """The render stage: every attempt of a run through the sandbox, into RUN/renders.h5 (resumable).
 
 `renders.h5`: `pixels` uint8 [n, 24, 24, 3] (zeros for invalid attempts), `key` (JSON of model,
-task, protocol, prompt id, sample), `outcome`, `reason`, `dominant_share` and `trivial`, appended in
+task, protocol, prompt id, sample), `outcome`, `reason`, `dominant_share`, `trivial` and
+`background` (see `background_of`), appended in
 chunks, with a `complete` attribute raised after each flushed chunk (a kill mid-chunk is trimmed on
 resume, like the activation store).
 """
@@ -17,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from bench.layout.scoring import TRIVIAL_SHARE, dominant_share
-from experiments.generation import GENERATIONS, answer_text, read_rows
+from experiments.generation import GENERATIONS, RunError, answer_text, read_rows
 
 RENDERS = "renders.h5"
 CHUNK = 256
@@ -47,11 +48,14 @@ def render_stage(run: Path, workers: int | None = None, progress: Callable[[int]
                 f.create_dataset(name, shape=(0,), maxshape=(None,), dtype=str_t, chunks=(256,), track_times=False)
             f.create_dataset("dominant_share", shape=(0,), maxshape=(None,), dtype=np.float32, chunks=(256,), track_times=False)
             f.create_dataset("trivial", shape=(0,), maxshape=(None,), dtype=bool, chunks=(256,), track_times=False)
+            f.create_dataset("background", shape=(0, 3), maxshape=(None, 3), dtype=np.uint8, chunks=(256, 3), track_times=False)
             f.attrs["complete"] = 0
             f.attrs["medium"] = medium
             f.attrs["trivial_share"] = TRIVIAL_SHARE
         done_n = int(f.attrs["complete"])
-        names = ("pixels", "key", "outcome", "reason", "dominant_share", "trivial")
+        if "background" not in f:
+            raise RunError(f"{path} was written by an older version (no background colours): delete it and render again")
+        names = ("pixels", "key", "outcome", "reason", "dominant_share", "trivial", "background")
         for name in names:
             if f[name].shape[0] != done_n:
                 f[name].resize(done_n, axis=0)
@@ -65,10 +69,12 @@ def render_stage(run: Path, workers: int | None = None, progress: Callable[[int]
                 results = _render_batch(pool, batch, run, n)
                 pix = np.zeros((len(batch), n, n, 3), dtype=np.uint8)
                 share = np.zeros(len(batch), dtype=np.float32)
+                bg = np.zeros((len(batch), 3), dtype=np.uint8)
                 for j, res in enumerate(results):
                     if res.valid and res.pixels is not None:
                         pix[j] = res.pixels
                         share[j] = dominant_share(res.pixels)
+                        bg[j] = background_of(res)
                 start = int(f.attrs["complete"])
                 for name in names:
                     f[name].resize(start + len(batch), axis=0)
@@ -77,6 +83,7 @@ def render_stage(run: Path, workers: int | None = None, progress: Callable[[int]
                 f["outcome"][start:] = [res.outcome for res in results]
                 f["reason"][start:] = [res.reason for res in results]
                 f["dominant_share"][start:] = share
+                f["background"][start:] = bg
                 f["trivial"][start:] = [bool(res.valid and s >= TRIVIAL_SHARE) for res, s in zip(results, share)]
                 f.flush()
                 f.attrs["complete"] = start + len(batch)
@@ -84,6 +91,18 @@ def render_stage(run: Path, workers: int | None = None, progress: Callable[[int]
                 if progress:
                     progress(len(batch))
     return path
+
+
+def background_of(res: Any) -> np.ndarray:
+    """The background colour of a render: for canvas code, the colour of the last full-canvas fill()
+    (white when there is none: the medium's blank canvas); for SVG, the most frequent colour among the
+    border cells (an explicit background rect covers them)."""
+    if getattr(res, "background", None) is not None:
+        return np.asarray(res.background, dtype=np.uint8)
+    px = res.pixels
+    border = np.concatenate([px[0], px[-1], px[1:-1, 0], px[1:-1, -1]])
+    colors, counts = np.unique(border, axis=0, return_counts=True)
+    return colors[int(np.argmax(counts))].astype(np.uint8)
 
 
 @dataclass
@@ -129,8 +148,8 @@ def read_renders(run: Path) -> dict[str, dict[str, Any]]:
         keys = [k.decode() if isinstance(k, bytes) else k for k in f["key"][:n]]
         outcome = [k.decode() if isinstance(k, bytes) else k for k in f["outcome"][:n]]
         reason = [k.decode() if isinstance(k, bytes) else k for k in f["reason"][:n]]
-        trivial, share, pixels = f["trivial"][:n], f["dominant_share"][:n], f["pixels"][:n]
+        trivial, share, pixels, bg = f["trivial"][:n], f["dominant_share"][:n], f["pixels"][:n], f["background"][:n]
     for i, k in enumerate(keys):
         out[k] = {"outcome": outcome[i], "reason": reason[i], "trivial": bool(trivial[i]), "dominant_share": float(share[i]),
-                  "pixels": pixels[i]}
+                  "pixels": pixels[i], "background": bg[i]}
     return out

@@ -1,0 +1,129 @@
+"""Probes checked on data with known answers: planted signal, pure noise (and a leaky variant that
+must fail), permutation null, bootstrap coverage, equality with scikit-learn's nested CV."""
+
+import numpy as np
+import pytest
+
+from interp.probes import (Grid, benjamini_hochberg, bootstrap_ci, fold_predictions, nested_cv, nested_cv_layers,
+                           occupancy, permutation_test, pooled_r2, split_half_ceiling, tfidf_features)
+
+SMALL = Grid(pca=(2, 4, 8, 16), alphas=(0.1, 1.0, 10.0, 100.0, 1000.0), outer=5, inner=4)
+
+
+def planted(n=145, d=120, factors=6, r2=0.5, seed=0):
+    rng = np.random.default_rng(seed)
+    f = rng.normal(size=(n, factors))
+    x = f @ rng.normal(size=(factors, d)) * 3 + rng.normal(size=(n, d))
+    w = rng.normal(size=(factors, 36))
+    signal = f @ w
+    noise_sd = np.sqrt(signal.var(axis=0).mean() * (1 - r2) / r2)
+    y = signal + rng.normal(scale=noise_sd, size=signal.shape)
+    return x, y
+
+
+def test_occupancy_blocks():
+    px = np.full((24, 24, 3), 255, np.uint8)
+    px[0:4, 0:4] = (255, 0, 0)  # block (0, 0) full
+    px[4:6, 20:24] = (0, 0, 255)  # half of block (1, 5)
+    occ = occupancy(px, (255, 255, 255))
+    assert occ.shape == (6, 6) and occ[0, 0] == 1.0 and occ[1, 5] == 0.5 and occ.sum() == 1.5
+    assert occupancy(px, (255, 0, 0))[0, 0] == 0.0
+
+
+def test_planted_signal_is_recovered_within_its_ci():
+    x, y = planted(r2=0.5)
+    res = nested_cv(x, y, SMALL, seed=0)
+    lo, hi = bootstrap_ci(y, res.pred, n_boot=400, seed=0)
+    # the truth is 0.5 for a probe that knows the factors; a finite-sample probe sits a little below
+    assert lo <= 0.5 <= hi + 0.05 and res.r2 > 0.35
+    assert len(res.chosen) == 5 and all(c["k"] in SMALL.pca for c in res.chosen)
+
+
+def test_pure_noise_gives_no_skill_and_a_leaky_variant_fails():
+    honest, honest1, leaky = [], [], []
+    big = Grid(pca=(1, 2, 4, 8, 16, 32, 64), alphas=tuple(np.logspace(-3, 5, 17)), outer=5, inner=5)
+    for seed in range(4):
+        rng = np.random.default_rng(100 + seed)
+        x, y = rng.normal(size=(145, 200)), rng.normal(size=(145, 36))
+        honest.append(nested_cv(x, y, big, seed).r2)
+        y1 = y[:, :1]
+        honest1.append(nested_cv(x, y1, big, seed).r2)
+        # the leak: keep the 10 features most correlated with the target, chosen on ALL prompts
+        corr = np.abs(((x - x.mean(0)) / x.std(0)).T @ ((y1 - y1.mean(0)) / y1.std(0)))[:, 0]
+        keep = np.argsort(-corr)[:10]
+        leaky.append(nested_cv(x[:, keep], y1, big, seed).r2)
+    assert np.mean(honest) <= 0.0 and np.mean(honest1) <= 0.0
+    assert np.mean(leaky) > 0.05  # the same check catches selection outside the folds
+
+
+def test_permutation_null_is_centred_near_zero():
+    x, y = planted(r2=0.5, seed=3)
+    obs = nested_cv(x, y, SMALL, 0).r2
+    p, null = permutation_test(x, y, obs, SMALL, n_perm=12, seed=1)
+    assert -0.1 < np.mean(null) < 0.03 and p == pytest.approx(1 / 13)
+
+
+def test_bootstrap_ci_coverage_on_a_simulated_case():
+    rng = np.random.default_rng(0)
+    # population: y ~ N(0, 1) per cell, prediction = y + N(0, 1) noise -> pooled R^2 = 0
+    # make it informative: prediction = 0.8 y + N(0, 0.6) -> R^2 = 1 - E[(0.2y - e)^2] = 1 - (0.04 + 0.36) = 0.6
+    hits = 0
+    for rep in range(120):
+        y = rng.normal(size=(145, 36))
+        pred = 0.8 * y + rng.normal(scale=0.6, size=y.shape)
+        lo, hi = bootstrap_ci(y, pred, n_boot=300, seed=rep)
+        hits += lo <= 0.6 <= hi
+    assert 0.85 <= hits / 120 <= 0.995
+
+
+def test_fast_probe_equals_scikit_learn_nested_cv():
+    from sklearn.decomposition import PCA
+    from sklearn.linear_model import Ridge
+    from sklearn.metrics import make_scorer
+    from sklearn.model_selection import GridSearchCV, KFold, cross_val_predict
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y = planted(n=80, d=40, seed=5)
+    grid = Grid(pca=(2, 4, 8), alphas=(0.5, 5.0, 50.0), outer=4, inner=3)
+    ours = nested_cv(x, y, grid, seed=7)
+    pipe = Pipeline([("s", StandardScaler()), ("pca", PCA(svd_solver="full")), ("ridge", Ridge())])
+    search = GridSearchCV(pipe, {"pca__n_components": list(grid.pca), "ridge__alpha": list(grid.alphas)},
+                          cv=KFold(grid.inner, shuffle=True, random_state=8), scoring=make_scorer(pooled_r2))
+    theirs = cross_val_predict(search, x, y, cv=KFold(grid.outer, shuffle=True, random_state=7))
+    assert abs(pooled_r2(y, theirs) - ours.r2) < 1e-9
+    assert np.allclose(theirs, ours.pred, atol=1e-8)
+
+
+def test_fold_predictions_match_a_direct_fit():
+    x, y = planted(n=60, d=30, seed=2)
+    from sklearn.decomposition import PCA
+    from sklearn.linear_model import Ridge
+    from sklearn.preprocessing import StandardScaler
+
+    p = fold_predictions(x[:40], y[:40], x[40:], [3, 7], [1.0, 10.0])
+    s = StandardScaler().fit(x[:40])
+    pca = PCA(7, svd_solver="full").fit(s.transform(x[:40]))
+    ref = Ridge(10.0).fit(pca.transform(s.transform(x[:40])), y[:40]).predict(pca.transform(s.transform(x[40:])))
+    assert np.allclose(p[1, 1], ref, atol=1e-9)
+
+
+def test_layer_is_chosen_inside_the_folds():
+    x, y = planted(seed=4)
+    rng = np.random.default_rng(0)
+    noise = rng.normal(size=x.shape)
+    res = nested_cv_layers([noise, x, noise[:, ::-1].copy()], y, SMALL, seed=0, layer_names=[0, 1, 2])
+    assert all(c["layer"] == 1 for c in res.chosen) and res.r2 > 0.35
+
+
+def test_controls_helpers():
+    assert tfidf_features(["draw a cat", "draw a dog", "a red flag"]).shape[0] == 3
+    q = benjamini_hochberg([0.01, 0.04, 0.03, 0.5])
+    from scipy.stats import false_discovery_control
+
+    assert q == list(false_discovery_control([0.01, 0.04, 0.03, 0.5]))
+    rng = np.random.default_rng(0)
+    t = rng.normal(size=(100, 36))
+    c = split_half_ceiling(t + rng.normal(scale=0.5, size=t.shape), t + rng.normal(scale=0.5, size=t.shape))
+    # each half = truth + noise of variance 0.25 -> r = 1/1.25 = 0.8; ceiling = 2r/(1+r) = 0.889
+    assert abs(c["r_half"] - 0.8) < 0.04 and abs(c["ceiling"] - 0.889) < 0.03
