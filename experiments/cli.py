@@ -533,6 +533,34 @@ def human_import(
     typer.echo(json.dumps(res, indent=1))
 
 
+@app.command()
+def probe(
+    run: Path = typer.Option(..., "--run", help="Run directory with generations, and activations from `ambench capture`."),
+    models: Optional[list[str]] = typer.Option(None, "--models", help="Only these models (default: every model with activations)."),
+    min_attempts: int = typer.Option(3, "--min-attempts", min=1, help="Valid non-trivial attempts a prompt needs to get a target."),
+    n_perm: int = typer.Option(20, "--n-perm", min=0, help="Permutations per (layer, position) for p-values (0: none)."),
+    n_boot: int = typer.Option(1000, "--n-boot", min=100, help="Prompt-bootstrap resamples for CIs."),
+    seed: int = typer.Option(0, "--seed", help="Seed of folds, permutations and bootstrap (recorded in every row)."),
+) -> None:
+    """Per-layer, per-position occupancy probes (nested CV) with every control; writes probes.jsonl and plots."""
+    from experiments.probing import PROBES, ProbeError, ProbeSettings, probe_stage
+
+    s = ProbeSettings(min_attempts=min_attempts, n_perm=n_perm, n_boot=n_boot, seed=seed)
+    try:
+        rows = probe_stage(run, models, s, progress=lambda msg: typer.echo(msg, err=True))
+    except ProbeError as e:
+        fail(str(e))
+    for r in rows:
+        if r.get("features") == "resid" and r.get("layer") == "best" and r.get("target") == "own":
+            typer.echo(f"{r['model']} {r['position']:<8} best layer (chosen in folds): R^2 {r['r2']:.3f} "
+                       f"[{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] layers {[c['layer'] for c in r['chosen']]}")
+        elif r.get("features") == "text":
+            typer.echo(f"{r['model']} text baseline (TF-IDF): R^2 {r['r2']:.3f}")
+        elif r.get("kind") in ("ceiling", "skipped", "targets"):
+            typer.echo(json.dumps(r))
+    typer.echo(f"wrote {run / PROBES} ({len(rows)} rows) and plots in {run / 'probes'}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 
