@@ -71,8 +71,8 @@ def consensus(run: Path, model: str, protocol: str, min_attempts: int) -> tuple[
             continue
         grids.sort(key=lambda t: t[0])
         g = np.stack([t[1] for t in grids])
-        out[pid] = {"own": g.mean(axis=0).ravel(), "half_a": g[0::2].mean(axis=0).ravel(),
-                    "half_b": g[1::2].mean(axis=0).ravel(), "n": len(grids)}
+        halves = (g[0::2].mean(axis=0).ravel(), g[1::2].mean(axis=0).ravel()) if len(grids) >= 2 else (None, None)
+        out[pid] = {"own": g.mean(axis=0).ravel(), "half_a": halves[0], "half_b": halves[1], "n": len(grids)}
     return out, {"prompts_seen": len(seen), "kept": len(out), "dropped": len(seen) - len(out)}
 
 
@@ -135,9 +135,11 @@ def probe_stage(run: Path, models: list[str] | None = None, s: ProbeSettings = P
             continue
         index = [st.prompt_ids.index(p) for p in ids]
         y_own = np.stack([targets[name][p]["own"] for p in ids])
-        ceiling = split_half_ceiling(np.stack([targets[name][p]["half_a"] for p in ids]),
-                                     np.stack([targets[name][p]["half_b"] for p in ids]))
-        rows.append({"model": name, "kind": "ceiling", "n_prompts": len(ids), **{k: round(v, 6) for k, v in ceiling.items()}})
+        two = [p for p in ids if targets[name][p]["half_b"] is not None]
+        if len(two) >= 3:
+            ceiling = split_half_ceiling(np.stack([targets[name][p]["half_a"] for p in two]),
+                                         np.stack([targets[name][p]["half_b"] for p in two]))
+            rows.append({"model": name, "kind": "ceiling", "n_prompts": len(two), **{k: round(v, 6) for k, v in ceiling.items()}})
         text_x = tfidf_features(_prompt_texts(ids))
         text = nested_cv(text_x, y_own, grid, s.seed)
         rows.append(_row(name, "own", "text", None, "-", y_own, text, s, None))

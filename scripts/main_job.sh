@@ -3,9 +3,10 @@
 #  1. the sandbox over the benign and hostile corpora (renders + outcome kinds)
 #  2. the translation task: references + prompts, the canonical transcriptions scored through the
 #     sandbox (an oracle "model": must pass the gate at PIoU 1.000), and the null baseline
-#  3. the embedded model (SmolLM2 135M Instruct, few-shot): 1 greedy + 2 sampled attempts on 6
+#  3. the embedded model (SmolLM2 135M Instruct, few-shot): 1 greedy + 2 sampled attempts on 30
 #     translation prompts and 15 layout prompts (one per subcategory), rendered, scored (PIoU;
-#     validity and triviality per tier), and the residual stream captured at every layer
+#     validity and triviality per tier), the residual stream captured at every layer, and
+#     occupancy probes per layer and position with their controls
 #  Every model stage resumes: rerunning the command continues where a killed run stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,17 +56,19 @@ $AMB layout prompts --out "$OUT/prompts_layout_all.jsonl" >/dev/null
 .venv/bin/python - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
-rows = [json.loads(l) for l in open(f"{out}/prompts_translation_all.jsonl")][:6]
+rows = [json.loads(l) for l in open(f"{out}/prompts_translation_all.jsonl")][:30]
 lay = [json.loads(l) for l in open(f"{out}/prompts_layout_all.jsonl") if json.loads(l)["id"].endswith("-00")]
 with open(f"{out}/prompts_quick.jsonl", "w") as f:
     for r in rows + lay:
         f.write(json.dumps(r) + "\n")
 print(f"      {len(rows)} translation + {len(lay)} layout prompts (one per subcategory)")
 PY
-GEN="--model $MODEL --prompts $OUT/prompts_quick.jsonl --out $RUN --protocol few-shot --shots 2 --samples 2 --max-new-tokens 160 --seed 0"
+GEN="--model $MODEL --prompts $OUT/prompts_quick.jsonl --out $RUN --protocol few-shot --shots 2 --samples 2 --max-new-tokens 128 --seed 0"
 $AMB generate $GEN --no-check
 $AMB renders --run "$RUN"
 $AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$RUN/generations.jsonl" --out "$RUN/translation_scores.jsonl" | tee "$RUN/translation_summary.json"
 $AMB layout table --run "$RUN" | tee "$RUN/layout_table.txt"
 $AMB capture --model $MODEL --prompts "$OUT/prompts_quick.jsonl" --out "$RUN" --protocol few-shot --shots 2
+# probes need >= 10 prompts with targets; a weak model leaves few: 2 valid non-trivial attempts suffice here
+$AMB probe --run "$RUN" --min-attempts 2 --n-perm 5 --n-boot 500
 echo "done: results in $OUT"
