@@ -561,6 +561,75 @@ def probe(
     typer.echo(f"wrote {run / PROBES} ({len(rows)} rows) and plots in {run / 'probes'}")
 
 
+@app.command()
+def intervene(
+    run: Path = typer.Option(..., "--run", help="Run directory with canvas generations."),
+    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
+    arms: Optional[list[str]] = typer.Option(None, "--arms", help="Subset of null-empty, null-asis, moved-used, moved-unused."),
+    continuations: int = typer.Option(9, "--continuations", min=1),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens", min=1),
+    cut: str = typer.Option("last", "--cut", help="last (after the completed picture) or all (after every spliceable statement)."),
+    seed: int = typer.Option(0, "--seed"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N cuts."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+) -> None:
+    """Splice coordinates into the model's own code (4 arms) and sample continuations; rates, deltas, dose-response."""
+    from bench.intervene.splice import ARMS
+    from experiments.generation import read_rows
+    from experiments.intervention import INTERVENTIONS, arm_table, dose_response, intervene_stage, plot_interventions
+
+    if cut not in ("last", "all"):
+        fail("--cut must be last or all")
+    bad = set(arms or []) - set(ARMS)
+    if bad:
+        fail(f"unknown arms {sorted(bad)}: use {', '.join(ARMS)}")
+    rt = _runtime(model, device, dtype, False)
+    counts = intervene_stage(rt, run, model, arms or ARMS, continuations, temperature, max_new_tokens, seed, cut, limit)
+    typer.echo(json.dumps(counts))
+    rows = [r for r in read_rows(run / INTERVENTIONS) if r["model"] == model]
+    if not rows:
+        fail(f"no spliceable valid attempts of {model} in {run}")
+    table = arm_table(rows, seed=seed)
+    dose = dose_response(rows)
+    (run / "interventions_table.json").write_text(json.dumps({"arms": table, "dose_response": dose}, indent=1, sort_keys=True) + "\n")
+    for t in table:
+        typer.echo(json.dumps(t))
+    typer.echo(f"plot: {plot_interventions(run, table, dose)}")
+
+
+@app.command()
+def patch(
+    run: Path = typer.Option(..., "--run", help="Run directory with canvas generations."),
+    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
+    layers: Optional[list[int]] = typer.Option(None, "--layers", help="Layers to patch (default: every block)."),
+    moved_arm: str = typer.Option("moved-unused", "--moved-arm", help="moved-used or moved-unused."),
+    continuations: int = typer.Option(9, "--continuations", min=1),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
+    seed: int = typer.Option(0, "--seed"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N cuts."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+) -> None:
+    """Activation patching at the cut: swap resid_pre at the statement's tokens between arms, per layer."""
+    from experiments.intervention import patch_stage, plot_patching
+
+    if moved_arm not in ("moved-used", "moved-unused"):
+        fail("--moved-arm must be moved-used or moved-unused")
+    rt = _runtime(model, device, dtype, False)
+    rows = patch_stage(rt, run, model, layers, continuations, 0.7, max_new_tokens, seed, moved_arm, limit)
+    per = {}
+    for r in rows:
+        if "layer" in r:
+            per.setdefault((r["direction"], r["layer"]), []).append(r["rate"])
+        else:
+            typer.echo(json.dumps(r))
+    for (d, layer), v in sorted(per.items()):
+        typer.echo(f"{d:<12} layer {layer:>3}: continued drawing {sum(v) / len(v):.3f} over {len(v)} cuts")
+    typer.echo(f"plot: {plot_patching(run, rows)}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -285,43 +285,85 @@ class Runtime:
         if len(prompts) != len(sampling):
             raise ValueError("one Sampling per prompt")
         ids, mask, _ = self.pad(prompts)
-        gens = [Generation() for _ in prompts]
-        rngs = [torch.Generator().manual_seed(int(s.seed)) for s in sampling]
-        active = list(range(len(prompts)))
         hooked = bool(hooks)
         ctx = self.bridge.hooks(fwd_hooks=list(hooks)) if hooked else contextlib.nullcontext()
         try:
             with torch.inference_mode(), ctx:
                 logits, cache = self._forward(ids, mask, None, hooked)
-                while True:
-                    last = logits.float().cpu()
-                    logp = torch.log_softmax(last, dim=-1)
-                    entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
-                    keep: list[int] = []
-                    for j, row in enumerate(active):
-                        tok = self._pick(last[j], sampling[row], rngs[row])
-                        g = gens[row]
-                        g.tokens.append(tok)
-                        g.entropy.append(float(entropy[j]))
-                        if on_token:
-                            on_token(1)
-                        if not self._check_stop(g, tok, stop):
-                            keep.append(j)
-                    if not keep:
-                        break
-                    if len(keep) < len(active):
-                        index = torch.tensor(keep, device=mask.device)
-                        cache.batch_select_indices(index)
-                        mask = mask[index]
-                        active = [active[j] for j in keep]
-                    nxt = torch.tensor([[gens[row].tokens[-1]] for row in active], dtype=torch.long, device=mask.device)
-                    mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=mask.device)], dim=1)
-                    logits, cache = self._forward(nxt, mask, cache, hooked)
+                return self._decode(logits, cache, mask, sampling, stop, hooked, on_token)
         except Exception as e:  # noqa: BLE001
             if _is_oom(e):
                 raise ModelError(f"out of memory generating a batch of {len(prompts)} on {self.device}: "
                                  "lower --batch-size or --max-new-tokens") from None
             raise
+
+    def continue_batch(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], sampling: Sequence[Sampling],
+                       stop: StopRule = StopRule(), hooks: Sequence[tuple[str, Callable[..., Any]]] = (),
+                       prefill_hooks: Sequence[tuple[str, Callable[..., Any]]] = ()) -> list[Generation]:
+        """Continue `prefix + suffixes[i]` for every row, computing the shared prefix once.
+
+        The prefix is run once (batch 1); its KV cache is repeated for every row; the suffixes (each
+        at least one token) are left-padded into one block after it, with the padding masked out and
+        position ids counted over real tokens only, so row i sees exactly prefix + suffixes[i].
+        `prefill_hooks` are active while the suffix block is processed (activation patching at the
+        cut); `hooks` during every decoding step (steering)."""
+        import torch
+
+        if len(suffixes) != len(sampling):
+            raise ValueError("one Sampling per suffix")
+        if not prefix or any(len(x) == 0 for x in suffixes):
+            raise ValueError("the prefix and every suffix need at least one token")
+        b = len(suffixes)
+        hooked = bool(hooks) or bool(prefill_hooks)
+        pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
+        pre_mask = torch.ones_like(pre_ids)
+        sfx_ids, sfx_mask, _ = self.pad(suffixes)
+        try:
+            with torch.inference_mode():
+                with (self.bridge.hooks(fwd_hooks=list(hooks)) if hooks else contextlib.nullcontext()):
+                    _, cache = self._forward(pre_ids, pre_mask, None, hooked)
+                cache.batch_repeat_interleave(b)
+                mask = torch.cat([pre_mask.expand(b, -1), sfx_mask], dim=1)
+                with (self.bridge.hooks(fwd_hooks=list(hooks) + list(prefill_hooks)) if hooked else contextlib.nullcontext()):
+                    logits, cache = self._forward(sfx_ids, mask, cache, hooked)
+                with (self.bridge.hooks(fwd_hooks=list(hooks)) if hooks else contextlib.nullcontext()):
+                    return self._decode(logits, cache, mask, sampling, stop, bool(hooks) or (hooked and self.plain is None))
+        except Exception as e:  # noqa: BLE001
+            if _is_oom(e):
+                raise ModelError(f"out of memory continuing {b} rows on {self.device}: use fewer continuations") from None
+            raise
+
+    def _decode(self, logits: Any, cache: Any, mask: Any, sampling: Sequence[Sampling], stop: StopRule, hooked: bool,
+                on_token: Callable[[int], None] | None = None) -> list[Generation]:
+        import torch
+
+        gens = [Generation() for _ in sampling]
+        rngs = [torch.Generator().manual_seed(int(s.seed)) for s in sampling]
+        active = list(range(len(sampling)))
+        while True:
+            last = logits.float().cpu()
+            logp = torch.log_softmax(last, dim=-1)
+            entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
+            keep: list[int] = []
+            for j, row in enumerate(active):
+                tok = self._pick(last[j], sampling[row], rngs[row])
+                g = gens[row]
+                g.tokens.append(tok)
+                g.entropy.append(float(entropy[j]))
+                if on_token:
+                    on_token(1)
+                if not self._check_stop(g, tok, stop):
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                index = torch.tensor(keep, device=mask.device)
+                cache.batch_select_indices(index)
+                mask = mask[index]
+                active = [active[j] for j in keep]
+            nxt = torch.tensor([[gens[row].tokens[-1]] for row in active], dtype=torch.long, device=mask.device)
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=mask.device)], dim=1)
+            logits, cache = self._forward(nxt, mask, cache, hooked)
         return gens
 
     @staticmethod

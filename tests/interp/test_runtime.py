@@ -170,3 +170,29 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path):
     DiffLlamaForCausalLM(cfg).save_pretrained(folder)
     with pytest.raises(ModelError, match="DiffLlamaForCausalLM is not supported"):
         Runtime.from_folder(folder)
+
+
+def test_shared_prefix_continuations_equal_full_generation(tiny):
+    bp = prompts(tiny)[0]
+    prefix = list(bp.tokens)
+    suffixes = [[5, 6, 7], [8], [9, 10]]
+    rule = StopRule(max_new_tokens=8, eos=False, fence=False)
+    s = [Sampling(), Sampling(1.0, 3), Sampling(1.0, 4)]
+    shared = tiny.continue_batch(prefix, suffixes, s, rule)
+    for sfx, smp, g in zip(suffixes, s, shared):
+        full = tiny.generate([prefix + sfx], [smp], rule)[0]
+        assert full.tokens == g.tokens
+
+
+def test_prefill_hooks_patch_only_the_suffix_block(tiny):
+    bp = prompts(tiny)[0]
+    calls = []
+
+    def patch(act, hook):
+        calls.append(act.shape[1])
+        return act + 100.0
+
+    rule = StopRule(max_new_tokens=6, eos=False, fence=False)
+    plain = tiny.continue_batch(list(bp.tokens), [[5, 6]], [Sampling()], rule)[0]
+    patched = tiny.continue_batch(list(bp.tokens), [[5, 6]], [Sampling()], rule, prefill_hooks=[("blocks.1.hook_resid_pre", patch)])[0]
+    assert calls == [2] and patched.tokens != plain.tokens
