@@ -578,7 +578,7 @@ def intervene(
     """Splice coordinates into the model's own code (4 arms) and sample continuations; rates, deltas, dose-response."""
     from bench.intervene.splice import ARMS
     from experiments.generation import read_rows
-    from experiments.intervention import INTERVENTIONS, arm_table, dose_response, intervene_stage, plot_interventions
+    from experiments.intervention import INTERVENTIONS, intervene_stage, summarise_interventions
 
     if cut not in ("last", "all"):
         fail("--cut must be last or all")
@@ -591,12 +591,10 @@ def intervene(
     rows = [r for r in read_rows(run / INTERVENTIONS) if r["model"] == model]
     if not rows:
         fail(f"no spliceable valid attempts of {model} in {run}")
-    table = arm_table(rows, seed=seed)
-    dose = dose_response(rows)
-    (run / "interventions_table.json").write_text(json.dumps({"arms": table, "dose_response": dose}, indent=1, sort_keys=True) + "\n")
-    for t in table:
+    summary = summarise_interventions(run, seed)
+    for t in summary["arms"]:
         typer.echo(json.dumps(t))
-    typer.echo(f"plot: {plot_interventions(run, table, dose)}")
+    typer.echo(f"table: {run / 'interventions_table.json'}, plot: {run / 'interventions.png'}")
 
 
 @app.command()
@@ -628,6 +626,60 @@ def patch(
     for (d, layer), v in sorted(per.items()):
         typer.echo(f"{d:<12} layer {layer:>3}: continued drawing {sum(v) / len(v):.3f} over {len(v)} cuts")
     typer.echo(f"plot: {plot_patching(run, rows)}")
+
+
+@app.command("run")
+def run_cmd(
+    models: Optional[list[str]] = typer.Option(None, "--model", "-m", help="Model(s) to study (repeat the option). " + MODEL_HELP),
+    preset: str = typer.Option("quick", "--preset", help="quick (embedded model, small stratified subset, minutes on a CPU) or paper."),
+    out: Path = typer.Option(Path("runs/study"), "--out", help="Run directory; rerunning the same command resumes it."),
+    seed: int = typer.Option(0, "--seed"),
+    translation_prompts: Optional[int] = typer.Option(None, "--translation-prompts", min=0, help="Override the preset."),
+    layout_per_subcategory: Optional[int] = typer.Option(None, "--layout-per-subcategory", min=0, max=10),
+    samples: Optional[int] = typer.Option(None, "--samples", min=0),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1),
+    protocol: Optional[str] = typer.Option(None, "--protocol"),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    judge_url: Optional[str] = typer.Option(None, "--judge-url", help="OpenAI-compatible VLM endpoint; judging runs when given."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model"),
+    shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only this shard's generation/capture units (for batch schedulers)."),
+    backend: str = typer.Option("local", "--backend", help="local (Ray is not supported yet)."),
+) -> None:
+    """The whole study as one resumable command: generate, score, capture, probe, intervene, report."""
+    from experiments.generation import RunError
+    from experiments.study import StudyConfig, parse_shard, run_study
+
+    if backend != "local":
+        fail("only --backend local exists so far; use --shard i/n with your scheduler and `ambench merge`")
+    try:
+        c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
+                                    layout_per_subcategory=layout_per_subcategory, samples=samples,
+                                    max_new_tokens=max_new_tokens, protocol=protocol, device=device, dtype=dtype,
+                                    judge_url=judge_url, judge_model=judge_model)
+        sh = parse_shard(shard) if shard else None
+    except ValueError as e:
+        fail(str(e))
+    try:
+        summary = run_study(c, out, sh, say=lambda m: typer.echo(m, err=True))
+    except RunError as e:
+        fail(str(e))
+    typer.echo(json.dumps(summary, indent=1, sort_keys=True))
+
+
+@app.command()
+def merge(
+    shards: list[Path] = typer.Argument(..., help="Shard run directories made with --shard i/n."),
+    out: Path = typer.Option(..., "--out", help="Merged run directory."),
+) -> None:
+    """Merge shard run directories into one, in the order an unsharded run writes; then rerun `ambench run` on it."""
+    from experiments.study import merge_runs
+
+    try:
+        counts = merge_runs(shards, out)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        fail(str(e))
+    typer.echo(json.dumps(counts))
 
 
 def main() -> None:  # pragma: no cover

@@ -170,8 +170,12 @@ def run_attempts(runtime: Any, attempts: Sequence[Attempt], s: GenerateSettings,
 
 def generate_stage(runtime: Any, items: Sequence[PromptItem], run: Path, s: GenerateSettings, model: str | None = None,
                    progress: Callable[[int, int], None] | None = None,
-                   on_token: Callable[[int], None] | None = None) -> dict[str, int]:
-    """Generate every missing attempt into RUN/generations.jsonl; returns counts."""
+                   on_token: Callable[[int], None] | None = None,
+                   shard: tuple[int, int] | None = None) -> dict[str, int]:
+    """Generate every missing attempt into RUN/generations.jsonl; returns counts.
+
+    `shard=(i, n)` generates only the batches whose index is i modulo n (the batches are the same as
+    an unsharded run's, so merged shards hold the very same rows)."""
     model = model or runtime.info.name
     if s.samples < 0 or s.batch_size < 1 or s.max_new_tokens < 1:
         raise RunError("samples must be >= 0, batch size and max new tokens >= 1")
@@ -184,7 +188,9 @@ def generate_stage(runtime: Any, items: Sequence[PromptItem], run: Path, s: Gene
     done = {(r["model"], r["task"], r["protocol"], r["prompt_id"], r["sample"]) for r in read_rows(path)}
     batches = [attempts[i: i + s.batch_size] for i in range(0, len(attempts), s.batch_size)]
     written = skipped = 0
-    for batch in batches:
+    for bi, batch in enumerate(batches):
+        if shard is not None and bi % shard[1] != shard[0]:
+            continue
         missing = [a for a in batch if a.key(model) not in done]
         if not missing:
             skipped += len(batch)
@@ -216,7 +222,7 @@ def regenerate(runtime: Any, item: PromptItem, row: dict[str, Any], s: GenerateS
 
 def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol: Protocol, dtype: str = "float32",
                   batch_size: int = 8, model: str | None = None,
-                  progress: Callable[[int], None] | None = None) -> Path:
+                  progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None) -> Path:
     """Residual stream at the three positions, every layer, for every prompt, into RUN/activations/."""
     import numpy as np
 
@@ -237,11 +243,13 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol
     path = run / "activations" / f"{safe_name(model)}.h5"
     with ActivationWriter(path, len(names), len(POSITIONS), runtime.info.d_model, meta, dtype) as w:
         done = w.done
-        todo = [b for b in built if b.item_id not in done]
-        if progress and len(built) - len(todo):
-            progress(len(built) - len(todo))
-        for i in range(0, len(todo), batch_size):
-            batch = todo[i: i + batch_size]
+        # fixed batches over every prompt (as an unsharded, uninterrupted run makes them)
+        for bi, i in enumerate(range(0, len(built), batch_size)):
+            batch = [b for b in built[i: i + batch_size] if b.item_id not in done]
+            if (shard is not None and bi % shard[1] != shard[0]) or not batch:
+                if progress:
+                    progress(len(built[i: i + batch_size]))
+                continue
             pos = [[b.positions[k] for k in POSITIONS] for b in batch]
             acts = runtime.capture([b.tokens for b in batch], pos)
             w.append([b.item_id for b in batch], acts.numpy(), np.asarray(pos))

@@ -337,3 +337,18 @@ def plot_patching(run: Path, rows: list[dict[str, Any]]) -> Path | None:
     fig.savefig(out, metadata={"Software": None})
     plt.close(fig)
     return out
+
+
+def summarise_interventions(run: Path, seed: int = 0) -> dict[str, Any] | None:
+    """Write RUN/interventions_table.json and the plots from the rows so far; None without rows."""
+    rows = read_rows(run / INTERVENTIONS)
+    if not rows:
+        return None
+    table = arm_table(rows, seed=seed)
+    dose = dose_response(rows)
+    out = {"arms": table, "dose_response": dose}
+    (run / "interventions_table.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    plot_interventions(run, table, dose)
+    if (run / PATCHING).exists():
+        plot_patching(run, read_rows(run / PATCHING))
+    return out

