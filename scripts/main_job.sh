@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The main job until `ambench run` exists (issue 8).
+# The main job (the README's first command).
 #  1. the sandbox over the benign and hostile corpora (renders + outcome kinds)
-#  2. the translation task: references + prompts, the canonical transcriptions scored through the
-#     sandbox (an oracle "model": must pass the gate at PIoU 1.000), and the null baseline
-#  3. the embedded model (SmolLM2 135M Instruct, few-shot): 1 greedy + 2 sampled attempts on 30
-#     translation prompts and 15 layout prompts (one per subcategory), rendered, scored (PIoU;
-#     validity and triviality per tier), the residual stream captured at every layer, and
-#     occupancy probes per layer and position with their controls
-#  Every model stage resumes: rerunning the command continues where a killed run stopped.
+#  2. the translation task: references, the canonical transcriptions scored through the sandbox (an
+#     oracle "model": must pass the gate at PIoU 1.000), and the null baseline
+#  3. `ambench run --preset quick`: SmolLM2 135M Instruct, few-shot, 1 greedy + 2 sampled attempts on
+#     20 translation and 15 layout prompts (one per subcategory); renders, PIoU, layout validity and
+#     triviality, the residual stream at every layer, probes with controls, the four intervention
+#     arms, activation patching, and report/index.html
+#  Every stage resumes: rerunning the command continues where a killed run stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/quick}"
@@ -48,27 +48,7 @@ rm -f "$OUT/translation_oracle_scores.jsonl"
 echo "[2/3] translation: scoring the canonical transcriptions of all references through the sandbox"
 $AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$OUT/translation_oracle_attempts.jsonl" --out "$OUT/translation_oracle_scores.jsonl"
 $AMB translation baseline --draws 20 --seed 0 | tee "$OUT/translation_null.txt"
-MODEL="${AMBENCH_MODEL:-smollm2-135m-instruct}"
-RUN="$OUT/model"
-echo "[3/3] model stages on $MODEL into $RUN"
-$AMB translation prompts --set sampled --out "$OUT/prompts_translation_all.jsonl" >/dev/null
-$AMB layout prompts --out "$OUT/prompts_layout_all.jsonl" >/dev/null
-.venv/bin/python - "$OUT" <<'PY'
-import json, sys
-out = sys.argv[1]
-rows = [json.loads(l) for l in open(f"{out}/prompts_translation_all.jsonl")][:30]
-lay = [json.loads(l) for l in open(f"{out}/prompts_layout_all.jsonl") if json.loads(l)["id"].endswith("-00")]
-with open(f"{out}/prompts_quick.jsonl", "w") as f:
-    for r in rows + lay:
-        f.write(json.dumps(r) + "\n")
-print(f"      {len(rows)} translation + {len(lay)} layout prompts (one per subcategory)")
-PY
-GEN="--model $MODEL --prompts $OUT/prompts_quick.jsonl --out $RUN --protocol few-shot --shots 2 --samples 2 --max-new-tokens 128 --seed 0"
-$AMB generate $GEN --no-check
-$AMB renders --run "$RUN"
-$AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$RUN/generations.jsonl" --out "$RUN/translation_scores.jsonl" | tee "$RUN/translation_summary.json"
-$AMB layout table --run "$RUN" | tee "$RUN/layout_table.txt"
-$AMB capture --model $MODEL --prompts "$OUT/prompts_quick.jsonl" --out "$RUN" --protocol few-shot --shots 2
-# probes need >= 10 prompts with targets; a weak model leaves few: 2 valid non-trivial attempts suffice here
-$AMB probe --run "$RUN" --min-attempts 2 --n-perm 5 --n-boot 500
+echo "[3/3] the study on the embedded model: ambench run --preset quick --out $OUT/study"
+$AMB run --preset quick --out "$OUT/study" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
+echo "report: $OUT/study/report/index.html"
 echo "done: results in $OUT"
