@@ -628,6 +628,37 @@ def patch(
     typer.echo(f"plot: {plot_patching(run, rows)}")
 
 
+@app.command()
+def steer(
+    run: Path = typer.Option(..., "--run", help="Run directory with generations, renders and activations."),
+    layer: int = typer.Option(..., "--layer", help="Layer whose resid_pre is steered (and whose probe gives the direction)."),
+    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
+    region: str = typer.Option("left", "--region", help="left, right, top or bottom half of the 6x6 grid."),
+    strengths: list[float] = typer.Option([0.0, 2.0, 4.0], "--strength", help="Multiples of the layer's mean residual norm (repeat)."),
+    position: str = typer.Option("last", "--position", help="Probe position: subject, turn or last."),
+    samples: int = typer.Option(2, "--samples", min=1, help="Attempts per prompt and strength (sample 0 greedy)."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
+    seed: int = typer.Option(0, "--seed"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+) -> None:
+    """Steer generation along the probe direction for a region; print the region's occupancy per strength."""
+    from experiments.steering import REGIONS, steer_stage
+
+    if region not in REGIONS:
+        fail(f"--region must be one of {', '.join(REGIONS)}")
+    rt = _runtime(model, device, dtype, False)
+    if not 0 <= layer < rt.info.n_layers:
+        fail(f"--layer must be in 0..{rt.info.n_layers - 1}")
+    try:
+        summary = steer_stage(rt, run, layer, region, tuple(strengths), position, samples, 0.7, max_new_tokens, seed, limit, model)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e))
+    for r in summary:
+        typer.echo(json.dumps(r))
+
+
 @app.command("run")
 def run_cmd(
     models: Optional[list[str]] = typer.Option(None, "--model", "-m", help="Model(s) to study (repeat the option). " + MODEL_HELP),
