@@ -675,14 +675,17 @@ def run_cmd(
     judge_url: Optional[str] = typer.Option(None, "--judge-url", help="OpenAI-compatible VLM endpoint; judging runs when given."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model"),
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only this shard's generation/capture units (for batch schedulers)."),
-    backend: str = typer.Option("local", "--backend", help="local (Ray is not supported yet)."),
+    backend: str = typer.Option("local", "--backend", help="local, or ray (generation and capture as sharded Ray tasks)."),
+    shards: int = typer.Option(2, "--shards", min=1, help="Ray backend: number of shard tasks."),
 ) -> None:
     """The whole study as one resumable command: generate, score, capture, probe, intervene, report."""
     from experiments.generation import RunError
-    from experiments.study import StudyConfig, parse_shard, run_study
+    from experiments.study import StudyConfig, parse_shard, run_ray, run_study
 
-    if backend != "local":
-        fail("only --backend local exists so far; use --shard i/n with your scheduler and `ambench merge`")
+    if backend not in ("local", "ray"):
+        fail("--backend must be local or ray")
+    if backend == "ray" and shard:
+        fail("--shard is for batch schedulers; the ray backend shards by itself (--shards N)")
     try:
         c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
                                     layout_per_subcategory=layout_per_subcategory, samples=samples,
@@ -691,8 +694,16 @@ def run_cmd(
         sh = parse_shard(shard) if shard else None
     except ValueError as e:
         fail(str(e))
+    say = lambda m: typer.echo(m, err=True)  # noqa: E731
     try:
-        summary = run_study(c, out, sh, say=lambda m: typer.echo(m, err=True))
+        if backend == "ray":
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                fail("the ray backend needs Ray: pip install 'ray>=2.9' (or .[ray])")
+            summary = run_ray(c, out, shards, say)
+        else:
+            summary = run_study(c, out, sh, say=say)
     except RunError as e:
         fail(str(e))
     typer.echo(json.dumps(summary, indent=1, sort_keys=True))

@@ -116,6 +116,13 @@ def _settings(c: StudyConfig, output: str = "canvas") -> GenerateSettings:
     return GenerateSettings(c.samples, c.temperature, c.seed, c.max_new_tokens, c.batch_size, c.protocol, c.shots, output)
 
 
+def _bar(total: int | None, desc: str, unit: str) -> Any:
+    """A progress bar on stderr (shown on a terminal, silent in logs and tests)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=None, leave=False)
+
+
 def run_study(c: StudyConfig, out: Path, shard: tuple[int, int] | None = None,
               say: Callable[[str], None] = print) -> dict[str, Any]:
     from experiments.generation import capture_stage, generate_stage
@@ -136,19 +143,26 @@ def run_study(c: StudyConfig, out: Path, shard: tuple[int, int] | None = None,
             for task in ("translation", "layout"):
                 if output == "svg" and task == "translation":
                     continue
-                say(f"[model {m}] generate {task} ({output}): {len(sets[task])} prompts x {c.samples + 1} attempts")
-                generate_stage(rt, sets[task], out, _settings(c, output), model=m, shard=shard)
+                total = len(sets[task]) * (c.samples + 1)
+                with _bar(total, f"generate {task} ({output})", "attempt") as bar:
+                    generate_stage(rt, sets[task], out, _settings(c, output), model=m, shard=shard,
+                                   progress=lambda n, toks, bar=bar: bar.update(n))
         proto = Protocol(c.protocol, c.shots)
         say(f"[model {m}] capture the residual stream ({rt.info.n_layers + 1} sites x 3 positions)")
-        capture_stage(rt, sets["translation"] + sets["layout"], out, proto, batch_size=c.batch_size, model=m, shard=shard)
+        with _bar(len(sets["translation"]) + len(sets["layout"]), "capture", "prompt") as bar:
+            capture_stage(rt, sets["translation"] + sets["layout"], out, proto, batch_size=c.batch_size, model=m, shard=shard,
+                          progress=bar.update)
         if shard is None:
             say(f"[model {m}] interventions: {c.continuations} continuations per arm")
-            intervene_stage(rt, out, m, continuations=c.continuations, temperature=c.temperature,
-                            max_new_tokens=c.intervene_tokens, seed=c.seed, limit=c.intervene_cuts or None)
+            with _bar(c.intervene_cuts or None, "interventions", "cut") as bar:
+                intervene_stage(rt, out, m, continuations=c.continuations, temperature=c.temperature,
+                                max_new_tokens=c.intervene_tokens, seed=c.seed, limit=c.intervene_cuts or None,
+                                progress=bar.update)
             layers = list(range(0, rt.info.n_layers, max(1, c.patch_layer_step)))
             say(f"[model {m}] activation patching at layers {layers}")
-            patch_stage(rt, out, m, layers=layers, continuations=c.patch_continuations, temperature=c.temperature,
-                        max_new_tokens=c.intervene_tokens, seed=c.seed, limit=c.patch_cuts or None)
+            with _bar(None, "patching", "layer") as bar:
+                patch_stage(rt, out, m, layers=layers, continuations=c.patch_continuations, temperature=c.temperature,
+                            max_new_tokens=c.intervene_tokens, seed=c.seed, limit=c.patch_cuts or None, progress=bar.update)
         del rt
     if shard is not None:
         say(f"shard {shard[0]}/{shard[1]} done: merge the shards with `ambench merge`, then rerun `ambench run` on the merge")
@@ -212,6 +226,47 @@ def finish(c: StudyConfig, out: Path, sets: dict[str, list[Any]], say: Callable[
     summary["report"] = str(path.relative_to(out))
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return summary
+
+
+# --------------------------------------------------------------------------- Ray
+
+
+def run_ray(c: StudyConfig, out: Path, n_shards: int, say: Callable[[str], None] = print,
+            num_cpus: int | None = None) -> dict[str, Any]:
+    """Generation and capture as `n_shards` Ray tasks (one GPU each when the study runs on CUDA), merged
+    into `out` in the unsharded order; the remaining stages then run here. Connects to the cluster in
+    RAY_ADDRESS when it is set, else starts a local Ray instance."""
+    import os
+
+    import ray
+
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        else:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    import torch
+
+    gpus = 1 if (c.device or "").startswith("cuda") else 0
+    threads = torch.get_num_threads()
+
+    @ray.remote(num_gpus=gpus)
+    def shard_task(config: dict[str, Any], folder: str, i: int, n: int, threads: int) -> str:
+        import torch
+
+        # Ray starts workers with OMP_NUM_THREADS=1; CPU matmuls round differently with another
+        # thread count, so the tasks use the driver's count and the merge equals a one-machine run
+        torch.set_num_threads(threads)
+        cfg = StudyConfig(**{**config, "models": tuple(config["models"])})
+        run_study(cfg, Path(folder), (i, n), say=lambda m: None)
+        return folder
+
+    folders = [str(out / "shards" / f"{i}-of-{n_shards}") for i in range(n_shards)]
+    say(f"ray: {n_shards} shard tasks ({gpus} GPU each)")
+    done = ray.get([shard_task.remote(c.as_dict(), f, i, n_shards, threads) for i, f in enumerate(folders)])
+    say("ray: merging shards")
+    merge_runs([Path(f) for f in done], out)
+    return run_study(c, out, None, say)
 
 
 # --------------------------------------------------------------------------- shards

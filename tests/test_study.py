@@ -141,3 +141,12 @@ def test_report_renders_in_headless_chromium(reference, tmp_path):
     # the mosaics' colours (gold, red, navy) are on the screenshot: the images rendered
     assert any(r > 200 and g < 60 and b < 60 for r, g, b in colors)
     assert any(r < 10 and g < 10 and 100 < b < 150 for r, g, b in colors)
+
+
+def test_ray_backend_shards_and_merges_to_the_same_files(model, reference, tmp_path):
+    pytest.importorskip("ray")
+    res = _run(model, tmp_path / "run", "--backend", "ray", "--shards", "2")
+    assert "ray: 2 shard tasks" in res.stderr
+    for f in RESULTS:
+        assert (tmp_path / "run" / f).read_bytes() == (reference / f).read_bytes(), f
+    _h5_equal(_acts(tmp_path / "run"), _acts(reference))
