@@ -29,7 +29,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "quick": {
         "models": ["smollm2-135m-instruct"], "translation_prompts": 20, "layout_per_subcategory": 1, "samples": 2,
         "temperature": 0.7, "max_new_tokens": 128, "protocol": "few-shot", "shots": 2, "svg": False, "batch_size": 8,
-        "min_attempts": 2, "n_perm": 5, "n_boot": 500, "continuations": 3, "intervene_cuts": 6, "intervene_tokens": 64,
+        "min_attempts": 1, "n_perm": 5, "n_boot": 500, "continuations": 3, "intervene_cuts": 6, "intervene_tokens": 64,
         "patch_layer_step": 6, "patch_cuts": 2, "patch_continuations": 2,
     },
     "paper": {
@@ -54,7 +54,7 @@ class StudyConfig:
     shots: int = 2
     svg: bool = False
     batch_size: int = 8
-    min_attempts: int = 2
+    min_attempts: int = 1
     n_perm: int = 5
     n_boot: int = 500
     continuations: int = 3

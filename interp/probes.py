@@ -97,6 +97,10 @@ def fold_predictions(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, ks: Sequ
     ym = ytr.mean(axis=0)
     u, s, pte = _pca_scores(ztr, zte, max(ks))
     kmax = s.size
+    if kmax == 0:  # constant features (e.g. the same token at layer 0 for every prompt): predict the mean
+        out = np.empty((len(ks), len(alphas), xte.shape[0], ytr.shape[1]))
+        out[:] = ym
+        return out
     uty = u[:, :kmax].T @ (ytr - ym)
     out = np.empty((len(ks), len(alphas), xte.shape[0], ytr.shape[1]))
     for ai, a in enumerate(alphas):

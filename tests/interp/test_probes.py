@@ -127,3 +127,12 @@ def test_controls_helpers():
     c = split_half_ceiling(t + rng.normal(scale=0.5, size=t.shape), t + rng.normal(scale=0.5, size=t.shape))
     # each half = truth + noise of variance 0.25 -> r = 1/1.25 = 0.8; ceiling = 2r/(1+r) = 0.889
     assert abs(c["r_half"] - 0.8) < 0.04 and abs(c["ceiling"] - 0.889) < 0.03
+
+
+def test_constant_features_predict_the_training_mean():
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=(20, 36))
+    x = np.ones((20, 8))  # e.g. layer 0 at a position whose token is the same in every prompt
+    p = fold_predictions(x[:15], y[:15], x[15:], [2, 4], [1.0])
+    assert np.allclose(p, y[:15].mean(axis=0))
+    assert nested_cv(x, y, SMALL, 0).r2 < 0.05
