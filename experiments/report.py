@@ -121,9 +121,9 @@ def write_report(run: Path) -> Path:
         if (run / name).exists():
             parts.append(f"<h2>{title}</h2>" + _img_file(run / name, title))
     style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #bbb;padding:2px 6px;font-size:13px}img.mosaic{image-rendering:pixelated;margin:2px;"
+             "td,th{border:1px solid #bbb;padding:2px 6px;font-size:13px}img.mosaic{image-rendering:pixelated;margin:2px;vertical-align:top;"
              "border:1px solid #999}.arm{display:inline-block;margin:4px 12px 4px 0}.prompt{margin:10px 0}"
-             ".invalid{display:inline-block;width:60px;height:60px;background:#eee;font-size:10px;margin:2px}")
+             ".invalid{display:inline-block;width:120px;height:120px;background:#eee;font-size:10px;margin:2px;vertical-align:top}")
     page = f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>AM-Bench report</title><style>{style}</style></head><body>{''.join(parts)}</body></html>\n"
     out = run / "report" / "index.html"
     out.parent.mkdir(parents=True, exist_ok=True)
