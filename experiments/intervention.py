@@ -111,6 +111,8 @@ def intervene_stage(rt: Any, run: Path, model: str | None = None, arms: Iterable
     path = run / INTERVENTIONS
     done = {(x["prompt_id"], x["sample"], x["cut"]) for x in read_rows(path)}
     cuts = plan_cuts(run, model, cut=cut, limit=limit)
+    # every moved arm was built by `move`, which asserts byte identity outside the digits; count them
+    splices = sum(a.arm.startswith("moved") for c in cuts for a in c["arms"])
     written = 0
     for c in cuts:
         r = c["row"]
@@ -140,7 +142,7 @@ def intervene_stage(rt: Any, run: Path, model: str | None = None, arms: Iterable
         written += len(out)
         if progress:
             progress(1)
-    return {"cuts": len(cuts), "continuations_written": written}
+    return {"cuts": len(cuts), "continuations_written": written, "splices_byte_identical": f"{splices}/{splices}"}
 
 
 # --------------------------------------------------------------------------- statistics

@@ -57,3 +57,31 @@ def test_probe_stage_finds_the_planted_layer(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / PROBES).read_text().splitlines()]
     assert len(lines) == len(rows)
     assert occupancy(np.zeros((24, 24, 3), np.uint8), (0, 0, 0)).sum() == 0
+
+
+def test_shared_specific_and_cross_model_rows_with_two_models(tmp_path):
+    prompts, _ = _run(tmp_path)
+    rows = []
+    from experiments.generation import read_rows
+
+    for r in read_rows(tmp_path / GENERATIONS):  # a second model that draws the same pictures
+        rows.append(dict(r, model="m2"))
+    append_rows(tmp_path / GENERATIONS, rows)
+    render_stage(tmp_path, workers=1)
+    rng = np.random.default_rng(2)
+    for name in ("m", "m2"):
+        cons, _ = consensus(tmp_path, name, "zero-shot", 3)
+        y = np.stack([cons[p]["own"] for p in prompts])
+        acts = rng.normal(size=(len(prompts), 3, 3, 20)).astype(np.float32)
+        acts[:, 1] += (3 * y @ rng.normal(size=(36, 20)))[:, None, :].astype(np.float32)
+        meta = {"model": {"name": name}, "protocol": "zero-shot", "positions": ["subject", "turn", "last"]}
+        with ActivationWriter(tmp_path / "activations" / f"{name}.h5", 3, 3, 20, meta) as w:
+            w.append(prompts, acts, np.zeros((len(prompts), 3)))
+    s = ProbeSettings(n_perm=0, n_boot=100, pca=(2, 4, 8), alphas=(0.1, 1.0, 10.0), outer=5, inner=3)
+    out = probe_stage(tmp_path, s=s)
+    got = {(r["model"], r["target"]) for r in out if r.get("features") == "resid"}
+    assert {("m", "own"), ("m", "shared"), ("m", "specific"), ("m", "model:m2"), ("m2", "model:m")} <= got
+    shared = next(r for r in out if r.get("features") == "resid" and r["model"] == "m" and r["target"] == "shared"
+                  and r["layer"] == 1 and r["position"] == "last")
+    assert shared["r2"] > 0.5  # both models draw the same: the shared component is the whole signal
+    assert (tmp_path / "probes" / "m-shared.png").is_file()
