@@ -550,12 +550,15 @@ def probe(
         rows = probe_stage(run, models, s, progress=lambda msg: typer.echo(msg, err=True))
     except ProbeError as e:
         fail(str(e))
+    def f3(v: Optional[float]) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
     for r in rows:
         if r.get("features") == "resid" and r.get("layer") == "best" and r.get("target") == "own":
-            typer.echo(f"{r['model']} {r['position']:<8} best layer (chosen in folds): R^2 {r['r2']:.3f} "
-                       f"[{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] layers {[c['layer'] for c in r['chosen']]}")
+            typer.echo(f"{r['model']} {r['position']:<8} best layer (chosen in folds): R^2 {f3(r['r2'])} "
+                       f"[{f3(r['ci'][0])}, {f3(r['ci'][1])}] layers {[c['layer'] for c in r['chosen']]}")
         elif r.get("features") == "text":
-            typer.echo(f"{r['model']} text baseline (TF-IDF): R^2 {r['r2']:.3f}")
+            typer.echo(f"{r['model']} text baseline (TF-IDF): R^2 {f3(r['r2'])}")
         elif r.get("kind") in ("ceiling", "skipped", "targets"):
             typer.echo(json.dumps(r))
     typer.echo(f"wrote {run / PROBES} ({len(rows)} rows) and plots in {run / 'probes'}")

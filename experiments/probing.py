@@ -87,9 +87,17 @@ def _prompt_texts(ids: list[str]) -> list[str]:
 
 def _row(model: str, target: str, features: str, layer: Any, position: str, y: np.ndarray, res: Any,
          s: ProbeSettings, n_perm_for: Callable[[], tuple[float, list[float]]] | None) -> dict[str, Any]:
-    lo, hi = bootstrap_ci(y, res.pred, s.n_boot, s.seed)
+    import warnings
+
+    with warnings.catch_warnings():  # a target without variance (e.g. specific = 0) has no R^2: None
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = bootstrap_ci(y, res.pred, s.n_boot, s.seed)
+
+    def num(v: float) -> float | None:
+        return None if v != v else round(float(v), 6)
+
     row = {"model": model, "target": target, "features": features, "layer": layer, "position": position,
-           "r2": round(res.r2, 6), "ci": [round(lo, 6), round(hi, 6)], "n_prompts": int(y.shape[0]),
+           "r2": num(res.r2), "ci": [num(lo), num(hi)], "n_prompts": int(y.shape[0]),
            "chosen": res.chosen, "seed": s.seed}
     if n_perm_for is not None:
         p, null = n_perm_for()
@@ -201,8 +209,10 @@ def plot_probes(run: Path, rows: list[dict[str, Any]]) -> list[Path]:
                 pts = sorted((r for r in sel if r["target"] == t and r["position"] == pos), key=lambda r: r["layer"])
                 xs = [r["layer"] for r in pts]
                 label = pos if kind == "" else f"{t} ({pos})"
-                ax.plot(xs, [r["r2"] for r in pts], marker="o", ms=3, label=label)
-                ax.fill_between(xs, [r["ci"][0] for r in pts], [r["ci"][1] for r in pts], alpha=0.15)
+                nan = float("nan")
+                ax.plot(xs, [nan if r["r2"] is None else r["r2"] for r in pts], marker="o", ms=3, label=label)
+                ax.fill_between(xs, [nan if r["ci"][0] is None else r["ci"][0] for r in pts],
+                                [nan if r["ci"][1] is None else r["ci"][1] for r in pts], alpha=0.15)
             if kind == "":
                 text = [r for r in rows if r["model"] == model and r.get("features") == "text"]
                 if text:
