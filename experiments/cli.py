@@ -673,6 +673,7 @@ def run_cmd(
     samples: Optional[int] = typer.Option(None, "--samples", min=0),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1),
     protocol: Optional[str] = typer.Option(None, "--protocol"),
+    svg: Optional[bool] = typer.Option(None, "--svg/--no-svg", help="Also run the SVG arm (default: on in the paper preset)."),
     device: Optional[str] = typer.Option(None, "--device"),
     dtype: Optional[str] = typer.Option(None, "--dtype"),
     judge_url: Optional[str] = typer.Option(None, "--judge-url", help="OpenAI-compatible VLM endpoint; judging runs when given."),
@@ -692,7 +693,7 @@ def run_cmd(
     try:
         c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
                                     layout_per_subcategory=layout_per_subcategory, samples=samples,
-                                    max_new_tokens=max_new_tokens, protocol=protocol, device=device, dtype=dtype,
+                                    max_new_tokens=max_new_tokens, protocol=protocol, svg=svg, device=device, dtype=dtype,
                                     judge_url=judge_url, judge_model=judge_model)
         sh = parse_shard(shard) if shard else None
     except ValueError as e:

@@ -150,3 +150,26 @@ def test_ray_backend_shards_and_merges_to_the_same_files(model, reference, tmp_p
     for f in RESULTS:
         assert (tmp_path / "run" / f).read_bytes() == (reference / f).read_bytes(), f
     _h5_equal(_acts(tmp_path / "run"), _acts(reference))
+
+
+def test_presets_and_the_svg_arm(model, tmp_path):
+    from experiments.study import StudyConfig, prompt_sets
+
+    paper = StudyConfig.from_preset("paper")
+    sets = prompt_sets(paper)
+    assert (len(sets["translation"]), len(sets["layout"]), paper.samples, paper.continuations, paper.svg) == (145, 150, 10, 9, True)
+    quick = prompt_sets(StudyConfig.from_preset("quick"))
+    assert (len(quick["translation"]), len(quick["layout"])) == (20, 15)
+    assert len({p.id[:2] for p in quick["layout"]}) == 15  # one per subcategory
+    with pytest.raises(ValueError, match="unknown preset"):
+        StudyConfig.from_preset("huge")
+    out = tmp_path / "svg"
+    _run(model, out, "--svg", "--translation-prompts", "1")
+    from experiments.generation import read_rows
+    from experiments.render import read_renders
+
+    rows = read_rows(out / "generations.jsonl")
+    svg_rows = [r for r in rows if r["protocol"].startswith("svg/")]
+    assert len(svg_rows) == 15 * 2 and all(r["task"] == "layout" for r in svg_rows)
+    renders = read_renders(out)
+    assert len(renders) == len(rows) and (out / "report" / "index.html").is_file()
