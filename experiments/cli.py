@@ -637,7 +637,7 @@ def steer(
     layer: int = typer.Option(..., "--layer", help="Layer whose resid_pre is steered (and whose probe gives the direction)."),
     model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
     region: str = typer.Option("left", "--region", help="left, right, top or bottom half of the 6x6 grid."),
-    strengths: list[float] = typer.Option([0.0, 2.0, 4.0], "--strength", help="Multiples of the layer's mean residual norm (repeat)."),
+    strengths: list[float] = typer.Option([0.0, 0.25, 0.5], "--strength", help="Multiples of the layer's mean residual norm (repeat)."),
     position: str = typer.Option("last", "--position", help="Probe position: subject, turn or last."),
     samples: int = typer.Option(2, "--samples", min=1, help="Attempts per prompt and strength (sample 0 greedy)."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),

@@ -75,7 +75,7 @@ def chosen_hyperparameters(run: Path, model: str, layer: int, position: str, x: 
     return max(set(ks), key=ks.count), max(set(alphas), key=alphas.count)
 
 
-def steer_stage(rt: Any, run: Path, layer: int, region: str = "left", strengths: tuple[float, ...] = (0.0, 2.0, 4.0),
+def steer_stage(rt: Any, run: Path, layer: int, region: str = "left", strengths: tuple[float, ...] = (0.0, 0.25, 0.5),
                 position: str = "last", samples: int = 2, temperature: float = 0.7, max_new_tokens: int = 128,
                 seed: int = 0, limit: int | None = None, model: str | None = None,
                 progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
