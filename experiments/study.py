@@ -144,6 +144,7 @@ def run_study(c: StudyConfig, out: Path, shard: tuple[int, int] | None = None,
                 if output == "svg" and task == "translation":
                     continue
                 total = len(sets[task]) * (c.samples + 1)
+                say(f"[model {m}] generate {task} ({output}): {len(sets[task])} prompts x {c.samples + 1} attempts")
                 with _bar(total, f"generate {task} ({output})", "attempt") as bar:
                     generate_stage(rt, sets[task], out, _settings(c, output), model=m, shard=shard,
                                    progress=lambda n, toks, bar=bar: bar.update(n))
