@@ -685,6 +685,8 @@ def run_cmd(
     """The whole study as one resumable command: generate, score, capture, probe, intervene, report."""
     from experiments.generation import RunError
     from experiments.study import StudyConfig, parse_shard, run_ray, run_study
+    from interp.models import ModelError
+    from interp.prompts import PromptError
 
     if backend not in ("local", "ray"):
         fail("--backend must be local or ray")
@@ -708,7 +710,7 @@ def run_cmd(
             summary = run_ray(c, out, shards, say)
         else:
             summary = run_study(c, out, sh, say=say)
-    except RunError as e:
+    except (RunError, ModelError, PromptError) as e:
         fail(str(e))
     typer.echo(json.dumps(summary, indent=1, sort_keys=True))
 

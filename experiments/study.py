@@ -130,6 +130,10 @@ def run_study(c: StudyConfig, out: Path, shard: tuple[int, int] | None = None,
     from interp.prompts import Protocol
     from interp.runtime import Runtime, describe
 
+    from interp.models import resolve
+
+    for m in c.models:  # a typo fails here, before the run directory records any settings
+        resolve(m)
     out.mkdir(parents=True, exist_ok=True)
     study = {"config": c.as_dict(), "versions": versions(), "shard": list(shard) if shard else None}
     record_config(out, "study", study)

@@ -68,3 +68,17 @@ def test_translation_refs_prompt_score_resume_baseline(tmp_path):
     assert out.read_text() == full
     b = run("translation", "baseline", "--draws", "2", "--seed", "1")
     assert b.returncode == 0 and "paper       0.072" in b.stdout
+
+
+def test_run_with_an_unknown_model_is_a_clear_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--model", "no-such-model", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "unknown model" in res.output
+    assert not (tmp_path / "r" / "config.json").exists()  # nothing recorded: the corrected command can reuse --out
+    res = CliRunner().invoke(app, ["run", "--preset", "huge", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "unknown preset" in res.output
+    res = CliRunner().invoke(app, ["run", "--shard", "3/2", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "0 <= i < n" in res.output
