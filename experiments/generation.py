@@ -33,9 +33,13 @@ class RunError(ValueError):
     """A run directory that cannot be continued with the settings given."""
 
 
+def derive_seed(*key: Any) -> int:
+    """A 60-bit seed from sha256 of the JSON of `key`: the same key, the same seed, on any machine."""
+    return int(hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:15], 16)
+
+
 def attempt_seed(run_seed: int, model: str, task: str, protocol: str, prompt_id: str, sample: int) -> int:
-    key = json.dumps([run_seed, model, task, protocol, prompt_id, sample]).encode()
-    return int(hashlib.sha256(key).hexdigest()[:15], 16)
+    return derive_seed(run_seed, model, task, protocol, prompt_id, sample)
 
 
 @dataclass(frozen=True)

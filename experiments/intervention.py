@@ -22,7 +22,6 @@ continuations; the continuation rate per layer shows which layers carry the geom
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -30,9 +29,9 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from bench.intervene.splice import ARMS, continued_drawing, cut_arms, statements
-from experiments.generation import GENERATIONS, answer_text, append_rows, read_rows
+from experiments.generation import GENERATIONS, answer_text, append_rows, derive_seed, read_rows
 from experiments.render import read_renders, render_stage, row_key
-from interp.prompts import PromptItem, Protocol, build
+from interp.prompts import PromptItem, Protocol, build, items_by_id
 
 INTERVENTIONS = "interventions.jsonl"
 PATCHING = "patching.jsonl"
@@ -45,16 +44,6 @@ def protocol_from_label(label: str) -> Protocol:
         return Protocol("zero-shot", 0)
     name, _, k = label.rpartition("-")
     return Protocol(name, int(k))
-
-
-def _items() -> dict[str, PromptItem]:
-    from interp.prompts import layout_items, translation_items
-
-    return {i.id: i for i in layout_items() + translation_items()}
-
-
-def _seed(*key: Any) -> int:
-    return int(hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:15], 16)
 
 
 def plan_cuts(run: Path, model: str, samples: Iterable[int] = (0,), cut: str = "last",
@@ -107,7 +96,7 @@ def intervene_stage(rt: Any, run: Path, model: str | None = None, arms: Iterable
 
     model = model or rt.info.name
     arms = [a for a in ARMS if a in set(arms)]
-    items = _items()
+    items = items_by_id()
     path = run / INTERVENTIONS
     done = {(x["prompt_id"], x["sample"], x["cut"]) for x in read_rows(path)}
     cuts = plan_cuts(run, model, cut=cut, limit=limit)
@@ -126,7 +115,7 @@ def intervene_stage(rt: Any, run: Path, model: str | None = None, arms: Iterable
         rows_in, sfx, smp = [], [], []
         for a in present:
             for k in range(continuations):
-                s = _seed(seed, model, r["prompt_id"], r["sample"], c["cut"], a.arm, k)
+                s = derive_seed(seed, model, r["prompt_id"], r["sample"], c["cut"], a.arm, k)
                 rows_in.append((a, k, s))
                 sfx.append(suffixes[a.arm])
                 smp.append(Sampling(temperature, s))
@@ -259,7 +248,7 @@ def patch_stage(rt: Any, run: Path, model: str | None = None, layers: Iterable[i
     from interp.runtime import Sampling, StopRule
 
     model = model or rt.info.name
-    items = _items()
+    items = items_by_id()
     layers = list(range(rt.info.n_layers)) if layers is None else list(layers)
     path = run / PATCHING
     done = {(x["prompt_id"], x["sample"], x["cut"], x["layer"], x["direction"]) for x in read_rows(path)}
@@ -298,7 +287,7 @@ def patch_stage(rt: Any, run: Path, model: str | None = None, layers: Iterable[i
                     act[:, -span:, :] = donor_acts.to(act.dtype)
                     return act
 
-                smp = [Sampling(temperature, _seed(seed, model, r["prompt_id"], r["sample"], c["cut"], "patch", layer, direction, k))
+                smp = [Sampling(temperature, derive_seed(seed, model, r["prompt_id"], r["sample"], c["cut"], "patch", layer, direction, k))
                        for k in range(continuations)]
                 gens = rt.continue_batch(shared, [suffixes[target]] * continuations, smp,
                                          StopRule(max_new_tokens=max_new_tokens, open_fence=True),

@@ -28,6 +28,7 @@ from experiments.generation import GENERATIONS, read_rows, safe_name
 from experiments.render import read_renders, render_stage, row_key
 from interp.probes import (Grid, benjamini_hochberg, bootstrap_ci, nested_cv, nested_cv_layers, occupancy,
                            permutation_test, split_half_ceiling, tfidf_features)
+from interp.prompts import items_by_id
 
 PROBES = "probes.jsonl"
 
@@ -74,15 +75,6 @@ def consensus(run: Path, model: str, protocol: str, min_attempts: int) -> tuple[
         halves = (g[0::2].mean(axis=0).ravel(), g[1::2].mean(axis=0).ravel()) if len(grids) >= 2 else (None, None)
         out[pid] = {"own": g.mean(axis=0).ravel(), "half_a": halves[0], "half_b": halves[1], "n": len(grids)}
     return out, {"prompts_seen": len(seen), "kept": len(out), "dropped": len(seen) - len(out)}
-
-
-def _prompt_texts(ids: list[str]) -> list[str]:
-    from bench.layout.prompts import by_id
-    from interp.prompts import translation_items
-
-    lay = by_id()
-    tr = {i.id: i.text for i in translation_items()}
-    return [lay[i].text if i in lay else tr.get(i, i) for i in ids]
 
 
 def _row(model: str, target: str, features: str, layer: Any, position: str, y: np.ndarray, res: Any,
@@ -148,7 +140,8 @@ def probe_stage(run: Path, models: list[str] | None = None, s: ProbeSettings = P
             ceiling = split_half_ceiling(np.stack([targets[name][p]["half_a"] for p in two]),
                                          np.stack([targets[name][p]["half_b"] for p in two]))
             rows.append({"model": name, "kind": "ceiling", "n_prompts": len(two), **{k: round(v, 6) for k, v in ceiling.items()}})
-        text_x = tfidf_features(_prompt_texts(ids))
+        known = items_by_id()
+        text_x = tfidf_features([known[p].text if p in known else p for p in ids])
         text = nested_cv(text_x, y_own, grid, s.seed)
         rows.append(_row(name, "own", "text", None, "-", y_own, text, s, None))
         tsets = {"own": y_own}

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from experiments.generation import GENERATIONS, append_rows, read_rows, safe_name
+from experiments.generation import append_rows, derive_seed, read_rows, safe_name
 from experiments.probing import consensus
 from hooks.steer import add_direction
 from interp.probes import Grid, _pca_scores, _standardise, nested_cv
@@ -82,7 +82,8 @@ def steer_stage(rt: Any, run: Path, layer: int, region: str = "left", strengths:
     from activations.store import ActivationStore
     from bench.sandbox.pool import SandboxPool
     from experiments.generation import answer_text
-    from experiments.intervention import _items, _seed, protocol_from_label
+    from experiments.intervention import protocol_from_label
+    from interp.prompts import items_by_id
     from experiments.render import background_of
     from interp.probes import occupancy
     from interp.prompts import build
@@ -102,7 +103,7 @@ def steer_stage(rt: Any, run: Path, layer: int, region: str = "left", strengths:
     k = min(k, len(ids) - 1)
     direction = probe_direction(x, y, region, k, alpha)
     norm = float(np.linalg.norm(x, axis=1).mean())
-    items = _items()
+    items = items_by_id()
     proto = protocol_from_label(protocol)
     prompts = ids[:limit] if limit else ids
     hook_name = rt.hook_names([layer])[0]
@@ -116,7 +117,7 @@ def steer_stage(rt: Any, run: Path, layer: int, region: str = "left", strengths:
                 todo = [j for j in range(samples) if (pid, j, s, region, layer) not in done]
                 if not todo:
                     continue
-                seeds = [_seed(seed, model, pid, "steer", layer, region, j) for j in todo]  # same seeds for every strength
+                seeds = [derive_seed(seed, model, pid, "steer", layer, region, j) for j in todo]  # same seeds for every strength
                 hooks = [(hook_name, add_direction(direction * s * norm))] if s else []
                 gens = rt.generate([built.tokens] * len(todo),
                                    [Sampling(0.0 if j == 0 else temperature, sd) for j, sd in zip(todo, seeds)],

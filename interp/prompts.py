@@ -308,6 +308,11 @@ def layout_items(ids: Iterable[str] | None = None) -> list[PromptItem]:
     return [PromptItem(p.id, "layout", p.text, p.subject) for p in load_layout_prompts() if wanted is None or p.id in wanted]
 
 
+def items_by_id() -> dict[str, PromptItem]:
+    """Every built-in prompt (the 150 layout prompts and the translation prompts of all references) by id."""
+    return {i.id: i for i in layout_items() + translation_items()}
+
+
 def write_prompts(items: Sequence[PromptItem], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for it in items:

@@ -32,9 +32,9 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
-from interp.models import EMBEDDED, ModelError, ensure_folder, resolve
+from interp.models import ModelError, ensure_folder, resolve
 
 #: Extra end-of-turn tokens that stop generation when present in the vocabulary.
 END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>", "<|end|>")
@@ -448,9 +448,4 @@ def describe(rt: Runtime) -> str:
     return f"{i.name} ({i.architecture}, {i.n_layers} layers, d_model {i.d_model}, {i.dtype} on {i.device}{', compat' if i.compat else ''})"
 
 
-def iter_batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i: i + size]
-
-
-__all__ = ["EMBEDDED", "Generation", "ModelInfo", "Runtime", "Sampling", "StopRule", "describe", "iter_batches"]
+__all__ = ["Generation", "ModelInfo", "Runtime", "Sampling", "StopRule", "describe"]
