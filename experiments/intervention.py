@@ -243,8 +243,6 @@ def patch_stage(rt: Any, run: Path, model: str | None = None, layers: Iterable[i
                 temperature: float = 0.7, max_new_tokens: int = 64, seed: int = 0, moved_arm: str = "moved-unused",
                 limit: int | None = None, progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     """Patch resid_pre of layer L at the cut statement's tokens between `moved_arm` and null-asis, both ways."""
-    import torch
-
     from interp.runtime import Sampling, StopRule
 
     model = model or rt.info.name
@@ -264,27 +262,22 @@ def patch_stage(rt: Any, run: Path, model: str | None = None, layers: Iterable[i
             skipped += 1
             continue
         span = len(suffixes["null-asis"])
-        for layer in layers:
+        if all((r["prompt_id"], r["sample"], c["cut"], layer, d) in done for layer in layers for d in src):
+            continue
+        # each arm's residual stream at the statement tokens, every patched layer in one capture pass
+        acts = {}
+        for arm in (moved_arm, "null-asis"):
+            toks = shared + suffixes[arm]
+            acts[arm] = rt.capture([toks], [list(range(len(toks) - span, len(toks)))], layers)[0]  # [layers, span, d]
+        for li, layer in enumerate(layers):
             hook_name = rt.hook_names([layer])[0]
-            acts = {}
-            for arm in (moved_arm, "null-asis"):  # the donor's residual stream at the statement tokens
-                toks = torch.tensor([shared + suffixes[arm]], device=rt.device)
-                store: dict[str, Any] = {}
-
-                def grab(act: Any, hook: Any = None, store: dict = store) -> Any:
-                    store["x"] = act[:, -span:, :].detach().clone()
-                    return act
-
-                with torch.inference_mode():
-                    rt.bridge.run_with_hooks(toks, fwd_hooks=[(hook_name, grab)], return_type=None, logits_to_keep=1)
-                acts[arm] = store["x"]
             for direction, (donor, target) in src.items():
                 key = (r["prompt_id"], r["sample"], c["cut"], layer, direction)
                 if key in done:
                     continue
 
-                def put(act: Any, hook: Any = None, donor_acts: Any = acts[donor]) -> Any:
-                    act[:, -span:, :] = donor_acts.to(act.dtype)
+                def put(act: Any, hook: Any = None, donor_acts: Any = acts[donor][li]) -> Any:
+                    act[:, -span:, :] = donor_acts.to(act.device, act.dtype)
                     return act
 
                 smp = [Sampling(temperature, derive_seed(seed, model, r["prompt_id"], r["sample"], c["cut"], "patch", layer, direction, k))
