@@ -255,14 +255,14 @@ def generate(
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:1 ... (default: cuda if present)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16, float16 (default: bf16 on GPU, fp32 on CPU)."),
     compat: bool = typer.Option(False, "--compat/--no-compat", help="TransformerLens compatibility mode (processed weights)."),
-    check: bool = typer.Option(True, "--check/--no-check", help="Run the attempts through the sandbox and print validity."),
+    check: bool = typer.Option(True, "--check/--no-check", help="Render the attempts (RUN/renders.h5) and print validity."),
 ) -> None:
     """Generate 1 greedy + N sampled canvas programs per prompt into RUN/generations.jsonl (resumable)."""
     import time
 
     from tqdm import tqdm
 
-    from experiments.generation import GENERATIONS, GenerateSettings, RunError, generate_stage, read_rows, validity
+    from experiments.generation import GENERATIONS, GenerateSettings, RunError, generate_stage, read_rows
     from interp.prompts import PromptError
 
     items = _load_items(task, prompts, limit)
@@ -282,10 +282,13 @@ def generate(
         except (RunError, PromptError) as e:
             fail(str(e))
     typer.echo(json.dumps(counts))
-    if check and output == "canvas":
+    if check:  # renders every new attempt into RUN/renders.h5 (reused by later stages), then counts outcomes
+        from experiments.render import read_renders, render_stage, validity
+
+        render_stage(out)
         ids = {i.id for i in items}
         rows = [r for r in read_rows(out / GENERATIONS) if r["model"] == model and r["prompt_id"] in ids]
-        for (m, t, p), v in sorted(validity(rows).items()):
+        for (m, t, p), v in sorted(validity(rows, read_renders(out)).items()):
             typer.echo(f"{m} {t} {p}: {v['valid']}/{v['attempts']} valid ({100 * v['valid_rate']:.1f}%) {json.dumps(v['outcomes'], sort_keys=True)}")
 
 

@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from bench.canvas.extract import extract_code
 from interp.prompts import POSITIONS, BuiltPrompt, PromptItem, Protocol, build
@@ -260,21 +260,3 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol
             if progress:
                 progress(len(batch))
     return path
-
-
-def validity(rows: Iterable[dict[str, Any]], workers: int | None = None) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Executed-and-rendered rate per (model, task, protocol), through the sandbox."""
-    from bench.sandbox.pool import SandboxPool
-
-    rows = list(rows)
-    with SandboxPool(workers=workers) as pool:
-        results = pool.run([answer_text(r) for r in rows])
-    table: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for r, res in zip(rows, results):
-        t = table.setdefault((r["model"], r["task"], r["protocol"]), {"attempts": 0, "valid": 0, "outcomes": {}})
-        t["attempts"] += 1
-        t["valid"] += res.valid
-        t["outcomes"][res.outcome] = t["outcomes"].get(res.outcome, 0) + 1
-    for t in table.values():
-        t["valid_rate"] = t["valid"] / t["attempts"]
-    return table

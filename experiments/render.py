@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -153,3 +153,17 @@ def read_renders(run: Path) -> dict[str, dict[str, Any]]:
         out[k] = {"outcome": outcome[i], "reason": reason[i], "trivial": bool(trivial[i]), "dominant_share": float(share[i]),
                   "pixels": pixels[i], "background": bg[i]}
     return out
+
+
+def validity(rows: Iterable[dict[str, Any]], renders: dict[str, dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Executed-and-rendered rate and outcome counts per (model, task, protocol), from `read_renders`."""
+    table: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in rows:
+        outcome = renders[row_key(r)]["outcome"]
+        t = table.setdefault((r["model"], r["task"], r["protocol"]), {"attempts": 0, "valid": 0, "outcomes": {}})
+        t["attempts"] += 1
+        t["valid"] += outcome == "ok"
+        t["outcomes"][outcome] = t["outcomes"].get(outcome, 0) + 1
+    for t in table.values():
+        t["valid_rate"] = t["valid"] / t["attempts"]
+    return table

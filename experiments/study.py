@@ -196,16 +196,9 @@ def finish(c: StudyConfig, out: Path, sets: dict[str, list[Any]], say: Callable[
         tmp.replace(refs)
     gens = out / GENERATIONS
     summary: dict[str, Any] = {}
-    tr_rows = [r for r in read_rows(gens) if r["task"] == "translation"]
-    if tr_rows:
-        attempts = out / "translation_attempts.jsonl"
-        if not attempts.exists() or len(read_rows(attempts)) != len(tr_rows):
-            tmp = attempts.with_suffix(".tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
-                for r in tr_rows:
-                    f.write(json.dumps(r, sort_keys=True) + "\n")
-            tmp.replace(attempts)
-        summary["translation"] = score_attempts(refs, attempts, out / "translation_scores.jsonl")
+    if any(r["task"] == "translation" for r in read_rows(gens)):
+        # score_attempts reads the translation rows of generations.jsonl as they are (by prompt_id)
+        summary["translation"] = score_attempts(refs, gens, out / "translation_scores.jsonl")
     say("layout tables")
     tiers = layout_table(out, "tier")
     (out / "layout_table.json").write_text(json.dumps(tiers, indent=1, sort_keys=True) + "\n")
