@@ -412,6 +412,7 @@ def layout_compare(
     from experiments.judging import JUDGE_SCORES
     from experiments.layout import paired_delta
     from experiments.render import read_renders, render_stage, row_key
+    from experiments.rundir import arm_of
 
     if not (run / GENERATIONS).is_file():
         fail(f"{run} has no {GENERATIONS}")
@@ -422,14 +423,14 @@ def layout_compare(
             fail(f"{run} has no judge scores: run `ambench judge --run {run} --judge {judge_name} ...` first")
         for r in read_rows(run / JUDGE_SCORES):
             if r["judge"] == judge_name:
-                arms.setdefault((r["model"], r["protocol"]), {}).setdefault(r["prompt_id"], []).append(r["overall"])
+                arms.setdefault((r["model"], arm_of(r)), {}).setdefault(r["prompt_id"], []).append(r["overall"])
     else:
         renders = read_renders(run)
         for r in read_rows(run / GENERATIONS):
             if r["task"] == "layout":
                 x = renders[row_key(r)]
                 good = float(x["outcome"] == "ok" and not x["trivial"])
-                arms.setdefault((r["model"], r["protocol"]), {}).setdefault(r["prompt_id"], []).append(good)
+                arms.setdefault((r["model"], arm_of(r)), {}).setdefault(r["prompt_id"], []).append(good)
     models = sorted({m for m, _ in arms} if model is None else {model})
     metric = f"judge {judge_name} overall" if judge_name else "valid and non-trivial"
     shown = 0

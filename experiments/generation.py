@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from bench.canvas.extract import extract_code
+from experiments.rundir import AttemptKey
 from interp.prompts import POSITIONS, BuiltPrompt, PromptItem, Protocol, build
 
 GENERATIONS = "generations.jsonl"
@@ -38,8 +39,9 @@ def derive_seed(*key: Any) -> int:
     return int(hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:15], 16)
 
 
-def attempt_seed(run_seed: int, model: str, task: str, protocol: str, prompt_id: str, sample: int) -> int:
-    return derive_seed(run_seed, model, task, protocol, prompt_id, sample)
+def attempt_seed(run_seed: int, key: AttemptKey) -> int:
+    """An attempt's seed: the run seed and the whole attempt key (model, task, protocol, medium, prompt, sample)."""
+    return derive_seed(run_seed, *key)
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,8 @@ class Attempt:
     seed: int
     temperature: float
 
-    def key(self, model: str) -> tuple[str, str, str, str, int]:
-        return (model, self.item.task, self.prompt.protocol, self.item.id, self.sample)
+    def key(self, model: str) -> AttemptKey:
+        return AttemptKey(model, self.item.task, self.prompt.protocol, self.prompt.medium, self.item.id, self.sample)
 
 
 def plan_attempts(runtime: Any, items: Sequence[PromptItem], s: GenerateSettings, model: str) -> list[Attempt]:
@@ -141,7 +143,8 @@ def plan_attempts(runtime: Any, items: Sequence[PromptItem], s: GenerateSettings
         built = build(item, protocol, runtime.tokenizer, chat=runtime.info.chat)
         for k in range(s.samples + 1):
             temp = 0.0 if k == 0 else s.temperature
-            out.append(Attempt(item, built, k, attempt_seed(s.seed, model, item.task, built.protocol, item.id, k), temp))
+            key = AttemptKey(model, item.task, built.protocol, built.medium, item.id, k)
+            out.append(Attempt(item, built, k, attempt_seed(s.seed, key), temp))
     return out
 
 
@@ -150,8 +153,9 @@ def _row(model: str, a: Attempt, g: Any) -> dict[str, Any]:
     ent = [round(x, ENTROPY_DECIMALS) for x in g.entropy]
     return {
         "task": a.item.task, "prompt_id": a.item.id, "model": model, "protocol": a.prompt.protocol,
-        "sample": a.sample, "seed": a.seed, "temperature": a.temperature, "prefix": prefix, "text": g.text,
-        "code": extract_code(prefix + g.text) if not a.prompt.protocol.startswith("svg/") else None, "n_tokens": len(g.tokens), "stop": g.stop, "entropy": ent,
+        "medium": a.prompt.medium, "sample": a.sample, "seed": a.seed, "temperature": a.temperature, "prefix": prefix,
+        "text": g.text, "code": extract_code(prefix + g.text) if a.prompt.medium != "svg" else None,
+        "n_tokens": len(g.tokens), "stop": g.stop, "entropy": ent,
         "mean_entropy": round(sum(g.entropy) / len(g.entropy), ENTROPY_DECIMALS) if g.entropy else None,
     }
 
@@ -185,11 +189,12 @@ def generate_stage(runtime: Any, items: Sequence[PromptItem], run: Path, s: Gene
         raise RunError("samples must be >= 0, batch size and max new tokens >= 1")
     attempts = plan_attempts(runtime, items, s, model)
     tasks = sorted({i.task for i in items})
-    section = f"generate/{model}/{'+'.join(tasks)}/{attempts[0].prompt.protocol if attempts else s.protocol}"
+    first = attempts[0].prompt if attempts else None
+    section = f"generate/{model}/{'+'.join(tasks)}/{first.medium if first else s.output}/{first.protocol if first else s.protocol}"
     record_config(run, section, {"settings": s.as_dict(), "model": runtime.info.as_dict(),
                                  "prompts": [i.id for i in items]})
     path = run / GENERATIONS
-    done = {(r["model"], r["task"], r["protocol"], r["prompt_id"], r["sample"]) for r in read_rows(path)}
+    done = {AttemptKey.of(r) for r in read_rows(path)}
     batches = [attempts[i: i + s.batch_size] for i in range(0, len(attempts), s.batch_size)]
     written = skipped = 0
     for bi, batch in enumerate(batches):
@@ -215,8 +220,9 @@ def regenerate(runtime: Any, item: PromptItem, row: dict[str, Any], s: GenerateS
     """Redo one recorded attempt alone, from its row (seed, temperature, protocol)."""
     protocol = Protocol(s.protocol, s.shots, output=s.output)
     built = build(item, protocol, runtime.tokenizer, chat=runtime.info.chat)
-    if built.protocol != row["protocol"]:
-        raise RunError(f"the row was made with protocol {row['protocol']}, these settings give {built.protocol}")
+    if (built.protocol, built.medium) != (row["protocol"], row.get("medium", "v1")):
+        raise RunError(f"the row was made with protocol {row['protocol']} ({row.get('medium', 'v1')}), "
+                       f"these settings give {built.protocol} ({built.medium})")
     a = Attempt(item, built, int(row["sample"]), int(row["seed"]), float(row["temperature"]))
     return run_attempts(runtime, [a], s, row["model"])[0]
 
@@ -234,10 +240,12 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol
 
     model = model or runtime.info.name
     built = [build(it, protocol, runtime.tokenizer, chat=runtime.info.chat) for it in items]
+    tasks = {b.item_id: it.task for b, it in zip(built, items)}
     names = runtime.hook_names()
     meta = {
         "model": runtime.info.as_dict(), "hook_names": names, "canonical_hooks": list(runtime.canonical_hooks(names)),
-        "positions": list(POSITIONS), "protocol": built[0].protocol if built else protocol.name,
+        "positions": list(POSITIONS), "protocol": built[0].protocol if built else protocol.label,
+        "medium": built[0].medium if built else protocol.medium_name,
         "position_definitions": {
             "subject": "last token starting before the end of the subject span",
             "turn": "last token starting before the end of the user's request",
@@ -249,14 +257,14 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol
         done = w.done
         # fixed batches over every prompt (as an unsharded, uninterrupted run makes them)
         for bi, i in enumerate(range(0, len(built), batch_size)):
-            batch = [b for b in built[i: i + batch_size] if b.item_id not in done]
+            batch = [b for b in built[i: i + batch_size] if (tasks[b.item_id], b.item_id) not in done]
             if (shard is not None and bi % shard[1] != shard[0]) or not batch:
                 if progress:
                     progress(len(built[i: i + batch_size]))
                 continue
             pos = [[b.positions[k] for k in POSITIONS] for b in batch]
             acts = runtime.capture([b.tokens for b in batch], pos)
-            w.append([b.item_id for b in batch], acts.numpy(), np.asarray(pos))
+            w.append([b.item_id for b in batch], acts.numpy(), np.asarray(pos), [tasks[b.item_id] for b in batch])
             if progress:
                 progress(len(batch))
     return path
