@@ -26,6 +26,7 @@ from experiments.rundir import AttemptKey
 from interp.prompts import POSITIONS, BuiltPrompt, PromptItem, Protocol, build
 
 GENERATIONS = "generations.jsonl"
+PROMPTS = "prompts.jsonl"
 CONFIG = "config.json"
 ENTROPY_DECIMALS = 5
 
@@ -78,7 +79,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         with open(path, "r+b") as f:
             f.truncate(len(good))
     rows = []
-    for n, line in enumerate(good.decode("utf-8").splitlines(), 1):
+    # split at "\n" only: str.splitlines also splits at U+2028 and other separators that a model's text
+    # carries inside a JSON string (rows are written with ensure_ascii=False)
+    for n, line in enumerate(good.decode("utf-8").split("\n"), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
@@ -95,6 +98,32 @@ def append_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
         f.write(blob)
         f.flush()
         os.fsync(f.fileno())
+
+
+def record_prompts(run: Path, items: Sequence[PromptItem]) -> None:
+    """Record the prompt items a stage uses in RUN/prompts.jsonl (id, task, text, subject), so that later
+    stages (the text baseline of the probes, interventions, steering) read the very texts the model saw,
+    whatever prompt file they came from. A prompt id of a task that comes back with another text is refused."""
+    run.mkdir(parents=True, exist_ok=True)
+    path = run / PROMPTS
+    known = {(r["task"], r["id"]): r for r in read_rows(path)}
+    new = []
+    for it in items:
+        row = {"id": it.id, "task": it.task, "text": it.text, "subject": it.subject}
+        old = known.get((it.task, it.id))
+        if old is None:
+            known[(it.task, it.id)] = row
+            new.append(row)
+        elif old != row:
+            raise RunError(f"{run} already has {it.task} prompt {it.id!r} with another text or subject; "
+                           "use another --out for another prompt set")
+    append_rows(path, new)
+
+
+def run_prompts(run: Path) -> dict[tuple[str, str], PromptItem]:
+    """(task, id) -> the prompt item recorded in RUN/prompts.jsonl (empty for a run without it)."""
+    return {(r["task"], r["id"]): PromptItem(r["id"], r["task"], r["text"], r.get("subject", ""))
+            for r in read_rows(run / PROMPTS)}
 
 
 def record_config(run: Path, section: str, settings: dict[str, Any]) -> None:
@@ -193,6 +222,7 @@ def generate_stage(runtime: Any, items: Sequence[PromptItem], run: Path, s: Gene
     section = f"generate/{model}/{'+'.join(tasks)}/{first.medium if first else s.output}/{first.protocol if first else s.protocol}"
     record_config(run, section, {"settings": s.as_dict(), "model": runtime.info.as_dict(),
                                  "prompts": [i.id for i in items]})
+    record_prompts(run, items)
     path = run / GENERATIONS
     done = {AttemptKey.of(r) for r in read_rows(path)}
     batches = [attempts[i: i + s.batch_size] for i in range(0, len(attempts), s.batch_size)]
@@ -239,13 +269,13 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol
     from activations.store import ActivationWriter
 
     model = model or runtime.info.name
-    built = [build(it, protocol, runtime.tokenizer, chat=runtime.info.chat) for it in items]
-    tasks = {b.item_id: it.task for b, it in zip(built, items)}
+    record_prompts(run, items)
+    built = [(it.task, build(it, protocol, runtime.tokenizer, chat=runtime.info.chat)) for it in items]
     names = runtime.hook_names()
     meta = {
-        "model": runtime.info.as_dict(), "hook_names": names, "canonical_hooks": list(runtime.canonical_hooks(names)),
-        "positions": list(POSITIONS), "protocol": built[0].protocol if built else protocol.label,
-        "medium": built[0].medium if built else protocol.medium_name,
+        "name": model, "model": runtime.info.as_dict(), "hook_names": names, "canonical_hooks": list(runtime.canonical_hooks(names)),
+        "positions": list(POSITIONS), "protocol": built[0][1].protocol if built else protocol.label,
+        "medium": built[0][1].medium if built else protocol.medium_name,
         "position_definitions": {
             "subject": "last token starting before the end of the subject span",
             "turn": "last token starting before the end of the user's request",
@@ -257,14 +287,14 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol
         done = w.done
         # fixed batches over every prompt (as an unsharded, uninterrupted run makes them)
         for bi, i in enumerate(range(0, len(built), batch_size)):
-            batch = [b for b in built[i: i + batch_size] if (tasks[b.item_id], b.item_id) not in done]
+            batch = [(t, b) for t, b in built[i: i + batch_size] if (t, b.item_id) not in done]
             if (shard is not None and bi % shard[1] != shard[0]) or not batch:
                 if progress:
                     progress(len(built[i: i + batch_size]))
                 continue
-            pos = [[b.positions[k] for k in POSITIONS] for b in batch]
-            acts = runtime.capture([b.tokens for b in batch], pos)
-            w.append([b.item_id for b in batch], acts.numpy(), np.asarray(pos), [tasks[b.item_id] for b in batch])
+            pos = [[b.positions[k] for k in POSITIONS] for _, b in batch]
+            acts = runtime.capture([b.tokens for _, b in batch], pos)
+            w.append([b.item_id for _, b in batch], acts.numpy(), np.asarray(pos), [t for t, _ in batch])
             if progress:
                 progress(len(batch))
     return path

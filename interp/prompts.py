@@ -262,7 +262,7 @@ def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
         raise PromptError(f"prompt file {p} does not exist")
     items: list[PromptItem] = []
     seen: set[str] = set()
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(p.read_text(encoding="utf-8").split("\n"), 1):  # not splitlines: U+2028 in JSON strings
         if not line.strip():
             continue
         try:
