@@ -72,3 +72,39 @@ def paired_delta(a: dict[str, list[float]], b: dict[str, list[float]], n_boot: i
     lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
     return {"prompts": len(common), "delta": float(d.mean()), "ci": [float(lo), float(hi)], "level": level,
             "n_boot": n_boot, "seed": seed}
+
+
+def media_table(run: Path, n_boot: int = 10_000, seed: int = 0) -> list[dict[str, Any]]:
+    """Exp. 2: every non-canvas arm (e.g. `svg/few-shot-2`) against the canvas arm of the same protocol,
+    per model: the paired per-prompt delta (B - A) with a prompt-clustered bootstrap CI, on the
+    valid-and-non-trivial rate and, for each judge with verdicts, on the judge's overall score."""
+    from experiments.judging import JUDGE_SCORES
+    from experiments.rundir import AttemptKey, parse_arm
+
+    renders = read_renders(run)
+    metrics: dict[str, dict[tuple[str, str], dict[str, list[float]]]] = {"valid and non-trivial": {}}
+    for r in read_rows(run / GENERATIONS):
+        if r["task"] != "layout":
+            continue
+        x = renders.get(row_key(r))
+        if x is None:
+            continue
+        good = float(x["outcome"] == "ok" and not x["trivial"])
+        metrics["valid and non-trivial"].setdefault((r["model"], arm_of(r)), {}).setdefault(r["prompt_id"], []).append(good)
+    if (run / JUDGE_SCORES).exists():
+        for r in read_rows(run / JUDGE_SCORES):
+            k = AttemptKey.of({**r, "task": r.get("task", "layout")})
+            metrics.setdefault(f"judge {r['judge']} overall", {}).setdefault((k.model, k.arm), {}) \
+                .setdefault(k.prompt_id, []).append(r["overall"])
+    out = []
+    for metric, arms in metrics.items():
+        for model, arm in sorted(arms):
+            medium, protocol = parse_arm(arm)
+            if medium == "v1" or (model, protocol) not in arms:
+                continue
+            try:
+                res = paired_delta(arms[(model, protocol)], arms[(model, arm)], n_boot=n_boot, seed=seed)
+            except ValueError:
+                continue
+            out.append({"model": model, "metric": metric, "a": protocol, "b": arm, **res})
+    return out

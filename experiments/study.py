@@ -234,6 +234,13 @@ def finish(c: StudyConfig, out: Path, sets: dict[str, list[Any]], say: Callable[
 
         say("judge")
         judge_stage(out, OpenAIJudge(c.judge_name or c.judge_model, c.judge_url, c.judge_model))
+    from experiments.layout import media_table
+
+    media = media_table(out, n_boot=c.n_boot, seed=c.seed)
+    if media:
+        say("medium comparison (Exp. 2)")
+        (out / "media_table.json").write_text(json.dumps(media, indent=1, sort_keys=True) + "\n")
+        summary["media"] = media
     say("report")
     path = write_report(out)
     summary["report"] = str(path.relative_to(out))
@@ -263,7 +270,12 @@ def run_ray(c: StudyConfig, out: Path, n_shards: int, say: Callable[[str], None]
     gpus = 1 if (c.device or "").startswith("cuda") else 0
     threads = torch.get_num_threads()
 
-    @ray.remote(num_gpus=gpus)
+    # Ray starts workers with OMP_NUM_THREADS=1; CPU matmuls round differently with another thread count,
+    # so the tasks get the driver's count before torch loads, with dynamic thread adjustment off (under a
+    # loaded CPU, MKL/OpenMP may otherwise pick fewer threads, and an entropy's 5th decimal moves)
+    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "MKL_DYNAMIC": "FALSE", "OMP_DYNAMIC": "FALSE"}
+
+    @ray.remote(num_gpus=gpus, runtime_env={"env_vars": env})
     def shard_task(config: dict[str, Any], folder: str, i: int, n: int, threads: int) -> str:
         import torch
 

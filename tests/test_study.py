@@ -173,3 +173,47 @@ def test_presets_and_the_svg_arm(model, tmp_path):
     assert len(svg_rows) == 15 * 2 and all(r["task"] == "layout" for r in svg_rows)
     renders = read_renders(out)
     assert len(renders) == len(rows) and (out / "report" / "index.html").is_file()
+
+
+def test_two_models_with_the_same_programs_both_get_interventions_and_patching(tmp_path):
+    """The audit's failure: with two models whose programs coincide, the second model got 0 continuations
+    and 0 patching rows while the summary looked complete. Two copies of one tiny model under two names;
+    their layout attempts are pre-written as the very rows the generate stage would write (a random tiny
+    model writes no valid program), so generate finds them done and every later stage runs for real."""
+    from experiments.generation import GENERATIONS, append_rows, read_rows
+    from experiments.rundir import AttemptKey
+    from experiments.study import StudyConfig, prompt_sets
+
+    a = build_tiny(tmp_path / "a")
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    out = tmp_path / "run"
+    cfg = StudyConfig.from_preset("quick", translation_prompts=0, layout_per_subcategory=1, samples=1)
+    programs = ["```python\nfill('white')\nrect(2, 2, 4, 4, 'red')\nrect(12, 10, 6, 6, 'blue')\n```",
+                "```python\nfill('navy')\ncircle(12, 12, 3, 'gold')\nrect(2, 14, 4, 4, 'red')\n```"]
+    rows = []
+    for m in (str(a), str(b)):
+        for i, it in enumerate(prompt_sets(cfg)["layout"]):
+            for k in range(2):
+                rows.append({"task": "layout", "prompt_id": it.id, "model": m, "protocol": "few-shot-2", "medium": "v1",
+                             "sample": k, "seed": 0, "temperature": 0.0 if k == 0 else 0.7, "prefix": "",
+                             "text": programs[(i + k) % 2], "code": None, "n_tokens": 1, "stop": "eos", "entropy": [0.1],
+                             "mean_entropy": 0.1})
+    out.mkdir()
+    append_rows(out / GENERATIONS, rows)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "--model", str(a), "--model", str(b), "--out", str(out),
+                          "--translation-prompts", "0", "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "8"],
+                         capture_output=True, text=True, env=env, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert len(read_rows(out / GENERATIONS)) == len(rows)  # nothing regenerated
+    inter = read_rows(out / "interventions.jsonl")
+    patch = read_rows(out / "patching.jsonl")
+    for m in (str(a), str(b)):
+        mine = [r for r in inter if r["model"] == m]
+        assert len({(AttemptKey.of(r), r["cut"]) for r in mine}) == cfg.intervene_cuts
+        assert len(mine) > 0 and any(r["model"] == m for r in patch)
+    counts = json.loads((out / "summary.json").read_text())["interventions"]
+    assert {c["model"]: c["continuations"] for c in counts} == {m: sum(r["model"] == m for r in inter) for m in (str(a), str(b))}
+    page = (out / "report" / "index.html").read_text()
+    assert page.index("Summary") < page.index("Exp. 3, stage 2") < page.index("Configuration")
