@@ -186,3 +186,18 @@ def _decode(data: bytes) -> Any:
         background=None if h["bg"] is None else _rgb(h["bg"]), ops=_int(h["ops"], 0, 1 << 62),
         pixel_writes=_int(h["pw"], 0, 1 << 62), medium=clean_text(h["m"], 40), png=png, score=score,
     )
+
+
+def parse_greeting(payload: bytes) -> dict[str, Any]:
+    """The kernel report a worker sends once (bounded, strings cleaned); ValueError when malformed."""
+    if len(payload) > 65_536:
+        raise ValueError("greeting too long")
+    data = json.loads(payload.decode("utf-8", "replace"))
+    if not isinstance(data, dict):
+        raise ValueError("greeting is not an object")
+    out: dict[str, Any] = {}
+    for k in ("seccomp", "landlock", "capabilities"):
+        out[k] = clean_text(data.get(k, ""), 300, one_line=True)
+    roots = data.get("read_roots", [])
+    out["read_roots"] = [clean_text(r, 500) for r in roots[:64]] if isinstance(roots, list) else []
+    return out

@@ -205,6 +205,11 @@ def _drop_capabilities() -> str:
 def install(h: Hardening, read_roots: Iterable[str]) -> KernelReport:
     """Install the kernel layer on this process (irreversible); see the module docstring."""
     report = KernelReport()
+    if h.seccomp:
+        try:  # import (and find libseccomp, which may need a temporary file) before Landlock closes the disk
+            _seccomp_module()
+        except (ImportError, RuntimeError, OSError):
+            pass  # reported by _install_seccomp below
     libc = _libc()
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if h.drop_capabilities:
