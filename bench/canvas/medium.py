@@ -216,6 +216,7 @@ class Canvas:
         self.pixels[:] = medium.background
         self.calls: list[Call] = []
         self.pixel_writes = 0
+        self.vertices = 0  #: polygon points drawn so far (bounded by Limits.max_total_vertices)
         self.background: RGB = medium.background
         if medium.resolution != medium.grid:
             step = medium.grid / n
@@ -285,6 +286,9 @@ class Canvas:
                 raise DrawError(f"{prim.name}() points must be a list of (r, c) pairs")
             if len(pts) > self.limits.max_vertices:
                 raise BudgetExceeded(f"{prim.name}() with more than {self.limits.max_vertices} vertices")
+            self.vertices += len(pts)
+            if self.vertices > self.limits.max_total_vertices:
+                raise BudgetExceeded(f"more than {self.limits.max_total_vertices} polygon vertices in all")
             flat: list[float] = []
             for p in pts:
                 if not isinstance(p, (list, tuple)) or len(p) != 2:
