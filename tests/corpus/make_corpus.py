@@ -146,10 +146,11 @@ benign = [
     ("crlf", "fill('white')\r\nrect(1, 1, 3, 3, 'red')\r\n"),
 ]
 
-with open(HERE / "hostile.jsonl", "w") as f:
-    for name, text, expect in hostile:
-        f.write(json.dumps({"id": name, "text": text, "expect": expect}) + "\n")
-with open(HERE / "benign.jsonl", "w") as f:
-    for name, text in benign:
-        f.write(json.dumps({"id": name, "text": text}) + "\n")
-print(len(hostile), "hostile,", len(benign), "benign")
+if __name__ == "__main__":
+    with open(HERE / "hostile.jsonl", "w") as f:
+        for name, text, expect in hostile:
+            f.write(json.dumps({"id": name, "text": text, "expect": expect}) + "\n")
+    with open(HERE / "benign.jsonl", "w") as f:
+        for name, text in benign:
+            f.write(json.dumps({"id": name, "text": text}) + "\n")
+    print(len(hostile), "hostile,", len(benign), "benign")

@@ -280,10 +280,11 @@ for k, (name, body) in enumerate(STROKE_ICONS):
     benign.append((f"inkscape-{name}", inkscape(name, body, k)))
 benign += models
 
-with open(HERE / "svg_hostile.jsonl", "w") as f:
-    for name, text, expect in hostile:
-        f.write(json.dumps({"id": name, "text": text, "expect": expect}) + "\n")
-with open(HERE / "svg_benign.jsonl", "w") as f:
-    for name, text in benign:
-        f.write(json.dumps({"id": name, "text": text}) + "\n")
-print(len(hostile), "hostile,", len(benign), "benign")
+if __name__ == "__main__":
+    with open(HERE / "svg_hostile.jsonl", "w") as f:
+        for name, text, expect in hostile:
+            f.write(json.dumps({"id": name, "text": text, "expect": expect}) + "\n")
+    with open(HERE / "svg_benign.jsonl", "w") as f:
+        for name, text in benign:
+            f.write(json.dumps({"id": name, "text": text}) + "\n")
+    print(len(hostile), "hostile,", len(benign), "benign")
