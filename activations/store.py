@@ -4,7 +4,8 @@ Layout of `activations/<model>.h5`:
 - dataset `resid`: float32 or float16, shape [n_prompts, n_sites, n_positions, d_model], chunked as
   (up to 64 prompts, 1 site, all positions, d_model), so reading one layer touches only that layer's
   chunks; grown in whole batches;
-- dataset `prompt_ids`: UTF-8 strings, one per row of `resid`;
+- datasets `prompt_ids` and `tasks`: UTF-8 strings, one per row of `resid` (a prompt is identified by
+  its task and id: probes and interventions are always per task);
 - dataset `token_positions`: int32 [n_prompts, n_positions], the token index of each position;
 - attributes: `meta` (JSON: model, weights digest, dtype, compatibility mode, hook names, position
   names and definitions, prompt protocol) and `complete` (rows fully written).
@@ -36,6 +37,10 @@ def _h5() -> Any:
     return h5py
 
 
+def _strings(values: Any) -> list[str]:
+    return [v.decode() if isinstance(v, bytes) else v for v in values]
+
+
 class ActivationWriter:
     """Append batches of captured activations; resumes an existing file with the same metadata."""
 
@@ -55,16 +60,20 @@ class ActivationWriter:
                 self.f.close()
                 raise StoreError(f"{self.path} was written with other settings (model, dtype, hooks or positions); "
                                  "use another --out or delete the file")
+            if "tasks" not in self.f:
+                self.f.close()
+                raise StoreError(f"{self.path} was written by an older version (no task per prompt): delete it and capture again")
             done = int(self.f.attrs["complete"])
-            for name in ("resid", "prompt_ids", "token_positions"):
+            for name in ("resid", "prompt_ids", "tasks", "token_positions"):
                 if self.f[name].shape[0] != done:
                     self.f[name].resize(done, axis=0)
         else:
             self.f = h5py.File(self.path, "w")
             self.f.create_dataset("resid", shape=(0, *shape), maxshape=(None, *shape), dtype=DTYPES[dtype],
                                   chunks=(CHUNK_PROMPTS, 1, n_positions, d_model), track_times=False)
-            self.f.create_dataset("prompt_ids", shape=(0,), maxshape=(None,), dtype=h5py.string_dtype("utf-8"),
-                                  chunks=(256,), track_times=False)
+            for name in ("prompt_ids", "tasks"):
+                self.f.create_dataset(name, shape=(0,), maxshape=(None,), dtype=h5py.string_dtype("utf-8"),
+                                      chunks=(256,), track_times=False)
             self.f.create_dataset("token_positions", shape=(0, n_positions), maxshape=(None, n_positions),
                                   dtype=np.int32, chunks=(256, n_positions), track_times=False)
             self.f.attrs["meta"] = meta_json
@@ -72,18 +81,21 @@ class ActivationWriter:
             self.f.flush()
 
     @property
-    def done(self) -> set[str]:
-        return {s.decode() if isinstance(s, bytes) else s for s in self.f["prompt_ids"][:]}
+    def done(self) -> set[tuple[str, str]]:
+        """(task, prompt id) of every complete row."""
+        return set(zip(_strings(self.f["tasks"][:]), _strings(self.f["prompt_ids"][:])))
 
-    def append(self, prompt_ids: Sequence[str], resid: np.ndarray, token_positions: np.ndarray) -> None:
+    def append(self, prompt_ids: Sequence[str], resid: np.ndarray, token_positions: np.ndarray,
+               tasks: Sequence[str]) -> None:
         n = len(prompt_ids)
-        if resid.shape[0] != n or token_positions.shape[0] != n:
-            raise StoreError("prompt ids, activations and positions disagree in length")
+        if resid.shape[0] != n or token_positions.shape[0] != n or len(tasks) != n:
+            raise StoreError("prompt ids, tasks, activations and positions disagree in length")
         start = int(self.f.attrs["complete"])
-        for name in ("resid", "prompt_ids", "token_positions"):
+        for name in ("resid", "prompt_ids", "tasks", "token_positions"):
             self.f[name].resize(start + n, axis=0)
         self.f["resid"][start:] = resid.astype(self.f["resid"].dtype, copy=False)
         self.f["prompt_ids"][start:] = list(prompt_ids)
+        self.f["tasks"][start:] = list(tasks)
         self.f["token_positions"][start:] = token_positions.astype(np.int32)
         self.f.flush()
         self.f.attrs["complete"] = start + n
@@ -117,7 +129,15 @@ class ActivationStore:
 
     @property
     def prompt_ids(self) -> list[str]:
-        return [s.decode() if isinstance(s, bytes) else s for s in self.f["prompt_ids"][: self.n]]
+        return _strings(self.f["prompt_ids"][: self.n])
+
+    @property
+    def tasks(self) -> list[str]:
+        return _strings(self.f["tasks"][: self.n]) if "tasks" in self.f else ["?"] * self.n
+
+    def rows_of(self, task: str) -> dict[str, int]:
+        """prompt id -> row index, for the prompts of one task."""
+        return {p: i for i, (t, p) in enumerate(zip(self.tasks, self.prompt_ids)) if t == task}
 
     @property
     def positions(self) -> list[str]:

@@ -428,6 +428,7 @@ def layout_compare(
     from experiments.judging import JUDGE_SCORES
     from experiments.layout import paired_delta
     from experiments.render import read_renders, render_stage, row_key
+    from experiments.rundir import arm_of
 
     if not (run / GENERATIONS).is_file():
         fail(f"{run} has no {GENERATIONS}")
@@ -438,14 +439,14 @@ def layout_compare(
             fail(f"{run} has no judge scores: run `ambench judge --run {run} --judge {judge_name} ...` first")
         for r in read_rows(run / JUDGE_SCORES):
             if r["judge"] == judge_name:
-                arms.setdefault((r["model"], r["protocol"]), {}).setdefault(r["prompt_id"], []).append(r["overall"])
+                arms.setdefault((r["model"], arm_of(r)), {}).setdefault(r["prompt_id"], []).append(r["overall"])
     else:
         renders = read_renders(run)
         for r in read_rows(run / GENERATIONS):
             if r["task"] == "layout":
                 x = renders[row_key(r)]
                 good = float(x["outcome"] == "ok" and not x["trivial"])
-                arms.setdefault((r["model"], r["protocol"]), {}).setdefault(r["prompt_id"], []).append(good)
+                arms.setdefault((r["model"], arm_of(r)), {}).setdefault(r["prompt_id"], []).append(good)
     models = sorted({m for m, _ in arms} if model is None else {model})
     metric = f"judge {judge_name} overall" if judge_name else "valid and non-trivial"
     shown = 0
@@ -556,15 +557,19 @@ def human_import(
 def probe(
     run: Path = typer.Option(..., "--run", help="Run directory with generations, and activations from `ambench capture`."),
     models: Optional[list[str]] = typer.Option(None, "--models", help="Only these models (default: every model with activations)."),
-    min_attempts: int = typer.Option(3, "--min-attempts", min=1, help="Valid non-trivial attempts a prompt needs to get a target."),
-    n_perm: int = typer.Option(20, "--n-perm", min=0, help="Permutations per (layer, position) for p-values (0: none)."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=100, help="Prompt-bootstrap resamples for CIs."),
+    tasks: Optional[list[str]] = typer.Option(None, "--task", help="Tasks to probe (repeat; default: layout, then translation as a control)."),
+    min_attempts: int = typer.Option(1, "--min-attempts", min=1, help="Valid attempts a prompt needs to get a target."),
+    exclude_trivial: bool = typer.Option(False, "--exclude-trivial/--include-trivial", help="Drop trivial renders from the consensus."),
+    n_perm: int = typer.Option(2500, "--n-perm", min=0, help="Permutations of the headline Delta R^2 test (0: none)."),
+    n_perm_layers: int = typer.Option(100, "--n-perm-layers", min=0, help="Permutations per per-layer own-target row (0: none)."),
+    n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Prompt-bootstrap resamples for CIs."),
     seed: int = typer.Option(0, "--seed", help="Seed of folds, permutations and bootstrap (recorded in every row)."),
 ) -> None:
     """Per-layer, per-position occupancy probes (nested CV) with every control; writes probes.jsonl and plots."""
     from experiments.probing import PROBES, ProbeError, ProbeSettings, probe_stage
 
-    s = ProbeSettings(min_attempts=min_attempts, n_perm=n_perm, n_boot=n_boot, seed=seed)
+    s = ProbeSettings(tasks=tuple(tasks) if tasks else ("layout", "translation"), min_attempts=min_attempts,
+                      exclude_trivial=exclude_trivial, n_perm=n_perm, n_perm_layers=n_perm_layers, n_boot=n_boot, seed=seed)
     try:
         rows = probe_stage(run, models, s, progress=lambda msg: typer.echo(msg, err=True))
     except ProbeError as e:
@@ -573,11 +578,10 @@ def probe(
         return "n/a" if v is None else f"{v:.3f}"
 
     for r in rows:
-        if r.get("features") == "resid" and r.get("layer") == "best" and r.get("target") == "own":
-            typer.echo(f"{r['model']} {r['position']:<8} best layer (chosen in folds): R^2 {f3(r['r2'])} "
-                       f"[{f3(r['ci'][0])}, {f3(r['ci'][1])}] layers {[c['layer'] for c in r['chosen']]}")
-        elif r.get("features") == "text":
-            typer.echo(f"{r['model']} text baseline (TF-IDF): R^2 {f3(r['r2'])}")
+        if r.get("features") == "delta":
+            typer.echo(f"{r['model']} {r['task']} {r['target']:<8} {r['position']:<8} Delta R^2 {f3(r['delta_r2'])} "
+                       f"[{f3(r['delta_ci'][0])}, {f3(r['delta_ci'][1])}] (best {f3(r['r2_resid'])}, text {f3(r['r2_text'])}) "
+                       f"p {f3(r.get('p_perm'))} q {f3(r.get('q_bh'))}")
         elif r.get("kind") in ("ceiling", "skipped", "targets"):
             typer.echo(json.dumps(r))
     typer.echo(f"wrote {run / PROBES} ({len(rows)} rows) and plots in {run / 'probes'}")
@@ -587,11 +591,13 @@ def probe(
 def intervene(
     run: Path = typer.Option(..., "--run", help="Run directory with canvas generations."),
     model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
+    task: str = typer.Option("layout", "--task", help="Which task's attempts are the sources (interventions are per task)."),
     arms: Optional[list[str]] = typer.Option(None, "--arms", help="Subset of null-empty, null-asis, moved-used, moved-unused."),
     continuations: int = typer.Option(9, "--continuations", min=1),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", min=1),
     cut: str = typer.Option("last", "--cut", help="last (after the completed picture) or all (after every spliceable statement)."),
+    samples: Optional[list[int]] = typer.Option(None, "--sample", help="Only these attempt samples as sources (repeat; default: every valid attempt)."),
     seed: int = typer.Option(0, "--seed"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N cuts."),
     device: Optional[str] = typer.Option(None, "--device"),
@@ -599,33 +605,39 @@ def intervene(
 ) -> None:
     """Splice coordinates into the model's own code (4 arms) and sample continuations; rates, deltas, dose-response."""
     from bench.intervene.splice import ARMS
-    from experiments.generation import read_rows
-    from experiments.intervention import INTERVENTIONS, intervene_stage, summarise_interventions
+    from experiments.intervention import InterveneSettings, intervene_stage, summarise_interventions
 
     if cut not in ("last", "all"):
         fail("--cut must be last or all")
     bad = set(arms or []) - set(ARMS)
     if bad:
         fail(f"unknown arms {sorted(bad)}: use {', '.join(ARMS)}")
+    s = InterveneSettings(task=task, arms=tuple(arms or ARMS), continuations=continuations, temperature=temperature,
+                          max_new_tokens=max_new_tokens, seed=seed, cut=cut, samples=tuple(samples) if samples else None,
+                          limit=limit)
     rt = _runtime(model, device, dtype, False)
-    counts = intervene_stage(rt, run, model, arms or ARMS, continuations, temperature, max_new_tokens, seed, cut, limit)
+    try:
+        counts = intervene_stage(rt, run, model, s)
+    except ValueError as e:
+        fail(str(e))
     typer.echo(json.dumps(counts))
-    rows = [r for r in read_rows(run / INTERVENTIONS) if r["model"] == model]
-    if not rows:
-        fail(f"no spliceable valid attempts of {model} in {run}")
+    if not counts["continuations"]:
+        fail(f"no spliceable valid {task} attempts of {model} in {run}")
     summary = summarise_interventions(run, seed)
     for t in summary["arms"]:
         typer.echo(json.dumps(t))
-    typer.echo(f"table: {run / 'interventions_table.json'}, plot: {run / 'interventions.png'}")
+    typer.echo(f"table: {run / 'interventions_table.json'}, plot: {run / f'interventions-{task}.png'}")
 
 
 @app.command()
 def patch(
     run: Path = typer.Option(..., "--run", help="Run directory with canvas generations."),
     model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
+    task: str = typer.Option("layout", "--task"),
     layers: Optional[list[int]] = typer.Option(None, "--layers", help="Layers to patch (default: every block)."),
     moved_arm: str = typer.Option("moved-unused", "--moved-arm", help="moved-used or moved-unused."),
     continuations: int = typer.Option(9, "--continuations", min=1),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
     seed: int = typer.Option(0, "--seed"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N cuts."),
@@ -633,21 +645,24 @@ def patch(
     dtype: Optional[str] = typer.Option(None, "--dtype"),
 ) -> None:
     """Activation patching at the cut: swap resid_pre at the statement's tokens between arms, per layer."""
-    from experiments.intervention import patch_stage, plot_patching
+    from experiments.generation import read_rows
+    from experiments.intervention import PATCHING, PatchSettings, patch_stage, patching_table, plot_patching
 
     if moved_arm not in ("moved-used", "moved-unused"):
         fail("--moved-arm must be moved-used or moved-unused")
     rt = _runtime(model, device, dtype, False)
-    rows = patch_stage(rt, run, model, layers, continuations, 0.7, max_new_tokens, seed, moved_arm, limit)
-    per = {}
-    for r in rows:
-        if "layer" in r:
-            per.setdefault((r["direction"], r["layer"]), []).append(r["rate"])
-        else:
-            typer.echo(json.dumps(r))
-    for (d, layer), v in sorted(per.items()):
-        typer.echo(f"{d:<12} layer {layer:>3}: continued drawing {sum(v) / len(v):.3f} over {len(v)} cuts")
-    typer.echo(f"plot: {plot_patching(run, rows)}")
+    s = PatchSettings(task=task, layers=tuple(layers) if layers else None, moved_arm=moved_arm, continuations=continuations,
+                      temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
+    try:
+        counts = patch_stage(rt, run, model, s)
+    except ValueError as e:
+        fail(str(e))
+    typer.echo(json.dumps(counts))
+    rows = read_rows(run / PATCHING)
+    for r in patching_table(rows):
+        if (r["model"], r["task"]) == (model, task):
+            typer.echo(f"{r['direction']:<12} layer {r['layer']:>3}: continued drawing {r['rate']:.3f} over {r['cuts']} cuts")
+    typer.echo(f"plot: {plot_patching(run, rows, task)}")
 
 
 @app.command()
@@ -655,10 +670,12 @@ def steer(
     run: Path = typer.Option(..., "--run", help="Run directory with generations, renders and activations."),
     layer: int = typer.Option(..., "--layer", help="Layer whose resid_pre is steered (and whose probe gives the direction)."),
     model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
+    task: str = typer.Option("layout", "--task"),
     region: str = typer.Option("left", "--region", help="left, right, top or bottom half of the 6x6 grid."),
     strengths: list[float] = typer.Option([0.0, 0.25, 0.5], "--strength", help="Multiples of the layer's mean residual norm (repeat)."),
     position: str = typer.Option("last", "--position", help="Probe position: subject, turn or last."),
     samples: int = typer.Option(2, "--samples", min=1, help="Attempts per prompt and strength (sample 0 greedy)."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
     seed: int = typer.Option(0, "--seed"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
@@ -666,15 +683,17 @@ def steer(
     dtype: Optional[str] = typer.Option(None, "--dtype"),
 ) -> None:
     """Steer generation along the probe direction for a region; print the region's occupancy per strength."""
-    from experiments.steering import REGIONS, steer_stage
+    from experiments.steering import REGIONS, SteerSettings, steer_stage
 
     if region not in REGIONS:
         fail(f"--region must be one of {', '.join(REGIONS)}")
     rt = _runtime(model, device, dtype, False)
     if not 0 <= layer < rt.info.n_layers:
         fail(f"--layer must be in 0..{rt.info.n_layers - 1}")
+    s = SteerSettings(layer=layer, task=task, region=region, strengths=tuple(strengths), position=position, samples=samples,
+                      temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
     try:
-        summary = steer_stage(rt, run, layer, region, tuple(strengths), position, samples, 0.7, max_new_tokens, seed, limit, model)
+        summary = steer_stage(rt, run, s, model)
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
     for r in summary:
@@ -689,7 +708,9 @@ def run_cmd(
     seed: int = typer.Option(0, "--seed"),
     translation_prompts: Optional[int] = typer.Option(None, "--translation-prompts", min=0, help="Override the preset."),
     layout_per_subcategory: Optional[int] = typer.Option(None, "--layout-per-subcategory", min=0, max=10),
-    samples: Optional[int] = typer.Option(None, "--samples", min=0),
+    samples: Optional[int] = typer.Option(None, "--samples", min=0, help="Sampled layout attempts per prompt besides the greedy one."),
+    translation_samples: Optional[int] = typer.Option(None, "--translation-samples", min=0,
+                                                      help="Sampled translation attempts per reference besides the greedy one."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1),
     protocol: Optional[str] = typer.Option(None, "--protocol"),
     svg: Optional[bool] = typer.Option(None, "--svg/--no-svg", help="Also run the SVG arm (default: on in the paper preset)."),
@@ -714,6 +735,7 @@ def run_cmd(
     try:
         c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
                                     layout_per_subcategory=layout_per_subcategory, samples=samples,
+                                    translation_samples=translation_samples,
                                     max_new_tokens=max_new_tokens, protocol=protocol, svg=svg, device=device, dtype=dtype,
                                     judge_url=judge_url, judge_model=judge_model)
         sh = parse_shard(shard) if shard else None

@@ -23,9 +23,11 @@ from typing import Any, Callable, Sequence
 
 from bench.canvas.extract import extract_code
 from bench.sandbox.boundary import clean_text
+from experiments.rundir import AttemptKey
 from interp.prompts import POSITIONS, BuiltPrompt, PromptItem, Protocol, build
 
 GENERATIONS = "generations.jsonl"
+PROMPTS = "prompts.jsonl"
 CONFIG = "config.json"
 ENTROPY_DECIMALS = 5
 
@@ -39,8 +41,9 @@ def derive_seed(*key: Any) -> int:
     return int(hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:15], 16)
 
 
-def attempt_seed(run_seed: int, model: str, task: str, protocol: str, prompt_id: str, sample: int) -> int:
-    return derive_seed(run_seed, model, task, protocol, prompt_id, sample)
+def attempt_seed(run_seed: int, key: AttemptKey) -> int:
+    """An attempt's seed: the run seed and the whole attempt key (model, task, protocol, medium, prompt, sample)."""
+    return derive_seed(run_seed, *key)
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         with open(path, "r+b") as f:
             f.truncate(len(good))
     rows = []
-    for n, line in enumerate(good.decode("utf-8").splitlines(), 1):
+    # split at "\n" only: str.splitlines also splits at U+2028 and other separators that a model's text
+    # carries inside a JSON string (rows are written with ensure_ascii=False)
+    for n, line in enumerate(good.decode("utf-8").split("\n"), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
@@ -94,6 +99,32 @@ def append_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
         f.write(blob)
         f.flush()
         os.fsync(f.fileno())
+
+
+def record_prompts(run: Path, items: Sequence[PromptItem]) -> None:
+    """Record the prompt items a stage uses in RUN/prompts.jsonl (id, task, text, subject), so that later
+    stages (the text baseline of the probes, interventions, steering) read the very texts the model saw,
+    whatever prompt file they came from. A prompt id of a task that comes back with another text is refused."""
+    run.mkdir(parents=True, exist_ok=True)
+    path = run / PROMPTS
+    known = {(r["task"], r["id"]): r for r in read_rows(path)}
+    new = []
+    for it in items:
+        row = {"id": it.id, "task": it.task, "text": it.text, "subject": it.subject}
+        old = known.get((it.task, it.id))
+        if old is None:
+            known[(it.task, it.id)] = row
+            new.append(row)
+        elif old != row:
+            raise RunError(f"{run} already has {it.task} prompt {it.id!r} with another text or subject; "
+                           "use another --out for another prompt set")
+    append_rows(path, new)
+
+
+def run_prompts(run: Path) -> dict[tuple[str, str], PromptItem]:
+    """(task, id) -> the prompt item recorded in RUN/prompts.jsonl (empty for a run without it)."""
+    return {(r["task"], r["id"]): PromptItem(r["id"], r["task"], r["text"], r.get("subject", ""))
+            for r in read_rows(run / PROMPTS)}
 
 
 def record_config(run: Path, section: str, settings: dict[str, Any]) -> None:
@@ -131,8 +162,8 @@ class Attempt:
     seed: int
     temperature: float
 
-    def key(self, model: str) -> tuple[str, str, str, str, int]:
-        return (model, self.item.task, self.prompt.protocol, self.item.id, self.sample)
+    def key(self, model: str) -> AttemptKey:
+        return AttemptKey(model, self.item.task, self.prompt.protocol, self.prompt.medium, self.item.id, self.sample)
 
 
 def plan_attempts(runtime: Any, items: Sequence[PromptItem], s: GenerateSettings, model: str) -> list[Attempt]:
@@ -142,7 +173,8 @@ def plan_attempts(runtime: Any, items: Sequence[PromptItem], s: GenerateSettings
         built = build(item, protocol, runtime.tokenizer, chat=runtime.info.chat)
         for k in range(s.samples + 1):
             temp = 0.0 if k == 0 else s.temperature
-            out.append(Attempt(item, built, k, attempt_seed(s.seed, model, item.task, built.protocol, item.id, k), temp))
+            key = AttemptKey(model, item.task, built.protocol, built.medium, item.id, k)
+            out.append(Attempt(item, built, k, attempt_seed(s.seed, key), temp))
     return out
 
 
@@ -152,8 +184,9 @@ def _row(model: str, a: Attempt, g: Any) -> dict[str, Any]:
     ent = [round(x, ENTROPY_DECIMALS) for x in g.entropy]
     return {
         "task": a.item.task, "prompt_id": a.item.id, "model": model, "protocol": a.prompt.protocol,
-        "sample": a.sample, "seed": a.seed, "temperature": a.temperature, "prefix": prefix, "text": text,
-        "code": extract_code(prefix + text) if not a.prompt.protocol.startswith("svg/") else None, "n_tokens": len(g.tokens), "stop": g.stop, "entropy": ent,
+        "medium": a.prompt.medium, "sample": a.sample, "seed": a.seed, "temperature": a.temperature, "prefix": prefix,
+        "text": text, "code": extract_code(prefix + text) if a.prompt.medium != "svg" else None,
+        "n_tokens": len(g.tokens), "stop": g.stop, "entropy": ent,
         "mean_entropy": round(sum(g.entropy) / len(g.entropy), ENTROPY_DECIMALS) if g.entropy else None,
     }
 
@@ -187,11 +220,13 @@ def generate_stage(runtime: Any, items: Sequence[PromptItem], run: Path, s: Gene
         raise RunError("samples must be >= 0, batch size and max new tokens >= 1")
     attempts = plan_attempts(runtime, items, s, model)
     tasks = sorted({i.task for i in items})
-    section = f"generate/{model}/{'+'.join(tasks)}/{attempts[0].prompt.protocol if attempts else s.protocol}"
+    first = attempts[0].prompt if attempts else None
+    section = f"generate/{model}/{'+'.join(tasks)}/{first.medium if first else s.output}/{first.protocol if first else s.protocol}"
     record_config(run, section, {"settings": s.as_dict(), "model": runtime.info.as_dict(),
                                  "prompts": [i.id for i in items]})
+    record_prompts(run, items)
     path = run / GENERATIONS
-    done = {(r["model"], r["task"], r["protocol"], r["prompt_id"], r["sample"]) for r in read_rows(path)}
+    done = {AttemptKey.of(r) for r in read_rows(path)}
     batches = [attempts[i: i + s.batch_size] for i in range(0, len(attempts), s.batch_size)]
     written = skipped = 0
     for bi, batch in enumerate(batches):
@@ -217,8 +252,9 @@ def regenerate(runtime: Any, item: PromptItem, row: dict[str, Any], s: GenerateS
     """Redo one recorded attempt alone, from its row (seed, temperature, protocol)."""
     protocol = Protocol(s.protocol, s.shots, output=s.output)
     built = build(item, protocol, runtime.tokenizer, chat=runtime.info.chat)
-    if built.protocol != row["protocol"]:
-        raise RunError(f"the row was made with protocol {row['protocol']}, these settings give {built.protocol}")
+    if (built.protocol, built.medium) != (row["protocol"], row.get("medium", "v1")):
+        raise RunError(f"the row was made with protocol {row['protocol']} ({row.get('medium', 'v1')}), "
+                       f"these settings give {built.protocol} ({built.medium})")
     a = Attempt(item, built, int(row["sample"]), int(row["seed"]), float(row["temperature"]))
     return run_attempts(runtime, [a], s, row["model"])[0]
 
@@ -235,11 +271,13 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol
     from activations.store import ActivationWriter
 
     model = model or runtime.info.name
-    built = [build(it, protocol, runtime.tokenizer, chat=runtime.info.chat) for it in items]
+    record_prompts(run, items)
+    built = [(it.task, build(it, protocol, runtime.tokenizer, chat=runtime.info.chat)) for it in items]
     names = runtime.hook_names()
     meta = {
-        "model": runtime.info.as_dict(), "hook_names": names, "canonical_hooks": list(runtime.canonical_hooks(names)),
-        "positions": list(POSITIONS), "protocol": built[0].protocol if built else protocol.name,
+        "name": model, "model": runtime.info.as_dict(), "hook_names": names, "canonical_hooks": list(runtime.canonical_hooks(names)),
+        "positions": list(POSITIONS), "protocol": built[0][1].protocol if built else protocol.label,
+        "medium": built[0][1].medium if built else protocol.medium_name,
         "position_definitions": {
             "subject": "last token starting before the end of the subject span",
             "turn": "last token starting before the end of the user's request",
@@ -251,14 +289,14 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol
         done = w.done
         # fixed batches over every prompt (as an unsharded, uninterrupted run makes them)
         for bi, i in enumerate(range(0, len(built), batch_size)):
-            batch = [b for b in built[i: i + batch_size] if b.item_id not in done]
+            batch = [(t, b) for t, b in built[i: i + batch_size] if (t, b.item_id) not in done]
             if (shard is not None and bi % shard[1] != shard[0]) or not batch:
                 if progress:
                     progress(len(built[i: i + batch_size]))
                 continue
-            pos = [[b.positions[k] for k in POSITIONS] for b in batch]
-            acts = runtime.capture([b.tokens for b in batch], pos)
-            w.append([b.item_id for b in batch], acts.numpy(), np.asarray(pos))
+            pos = [[b.positions[k] for k in POSITIONS] for _, b in batch]
+            acts = runtime.capture([b.tokens for _, b in batch], pos)
+            w.append([b.item_id for _, b in batch], acts.numpy(), np.asarray(pos), [t for t, _ in batch])
             if progress:
                 progress(len(batch))
     return path

@@ -25,6 +25,7 @@ import numpy as np
 from bench.layout.judge import png_bytes
 from bench.layout.prompts import by_id
 from experiments.generation import GENERATIONS, read_rows
+from experiments.rundir import AttemptKey, arm_of
 from experiments.render import read_renders, render_stage, row_key
 
 CHOICES = ("left", "right", "tie")
@@ -44,11 +45,11 @@ def make_pairs(run: Path, n_pairs: int, seed: int) -> list[dict[str, Any]]:
         rows = valid[pid]
         if len(rows) < 2:
             continue
-        arms = sorted({(r["model"], r["protocol"]) for r in rows})
+        arms = sorted({(r["model"], arm_of(r)) for r in rows})
         if len(arms) >= 2:
             a1, a2 = (arms[i] for i in rng.choice(len(arms), 2, replace=False))
-            left = [r for r in rows if (r["model"], r["protocol"]) == a1]
-            right = [r for r in rows if (r["model"], r["protocol"]) == a2]
+            left = [r for r in rows if (r["model"], arm_of(r)) == a1]
+            right = [r for r in rows if (r["model"], arm_of(r)) == a2]
             pick = (left[int(rng.integers(len(left)))], right[int(rng.integers(len(right)))])
         else:
             i, j = rng.choice(len(rows), 2, replace=False)
@@ -139,7 +140,7 @@ def import_answers(kit: Path, files: Sequence[Path], run: Path | None = None, ju
         scores = {}
         for r in read_rows(run / JUDGE_SCORES):
             if r["judge"] == judge:
-                scores[json.dumps([r["model"], "layout", r["protocol"], r["prompt_id"], r["sample"]])] = r["overall"]
+                scores[AttemptKey.of({**r, "task": r.get("task", "layout")}).json] = r["overall"]
         agree = total = 0
         for j, p in enumerate(meta["pairs"]):
             sl, sr = scores.get(p["left"]), scores.get(p["right"])

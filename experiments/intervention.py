@@ -1,10 +1,15 @@
 """Interventions (Exp. 3, stage 2): splice coordinates into a model's own code and watch it continue.
 
-Sources: a run's valid canvas attempts (greedy sample 0 by default) that have a spliceable drawing
-statement. The cut is after the last spliceable top-level drawing statement (the completed picture,
-as in the paper; `cut="all"` cuts after each one). For each cut, the four arms of
-`bench.intervene.splice.cut_arms`; for each arm, N continuations (paper: 9), seeded by
-sha256(run seed, model, prompt, sample, cut, arm, k), sampled at the generation temperature through
+Interventions are per task (layout by default, as the paper). Sources: every valid canvas attempt of
+the model on the task, greedy and sampled (the paper's 731 generations for two models need them), that
+has a spliceable drawing statement. The cut is after the last spliceable top-level drawing statement
+(the completed picture, as in the paper; `cut="all"` cuts after each one). Every source attempt and cut
+is recorded in `RUN/intervention_cuts.jsonl` with whether its statement carries a same-line comment
+(kept byte-identical when the statement moves, and flagged: the paper stratified comments), whether
+the program had more code after the cut, the splice identity check of each moved arm, or the reason it
+was excluded (no spliceable statement, e.g. code inside a `def`; no qualifying displacement; a splice
+error). For each cut, the four arms of `bench.intervene.splice.cut_arms`; for each arm, N continuations
+(paper: 9), seeded by sha256(run seed, attempt key, cut, arm, k), sampled at the generation temperature through
 `Runtime.continue_batch`, which computes the shared prefix (prompt + code before the cut statement)
 once for all arms and continuations of a cut. A continuation *continued drawing* when it emits at
 least one more primitive call before its code block closes.
@@ -12,7 +17,8 @@ least one more primitive call before its code block closes.
 Model input for an arm: the prompt's tokens, then the answer text up to the cut with the arm's
 statement, tokenised in two pieces (the code before the cut statement, then the statement line) so
 that every arm shares the first piece. Rows go to `RUN/interventions.jsonl`, one per continuation,
-written a cut at a time (resumable: finished cuts are skipped).
+written a cut at a time, keyed by the whole attempt key (model, task, protocol, medium, prompt, sample)
+and the cut: resumable (finished cuts are skipped), and two models' cuts never shadow each other.
 
 `ambench patch` (`patch_stage`) goes beyond the paper: for cuts whose moved and as-is statement
 lines have the same number of tokens, it replaces the residual stream (resid_pre of layer L) at
@@ -23,22 +29,62 @@ continuations; the continuation rate per layer shows which layers carry the geom
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from bench.intervene.splice import ARMS, continued_drawing, cut_arms, statements
-from experiments.generation import GENERATIONS, answer_text, append_rows, derive_seed, read_rows
+from bench.intervene.splice import ARMS, continued_drawing, cut_arms, statements, strip_digits
+from experiments.generation import GENERATIONS, answer_text, append_rows, derive_seed, read_rows, run_prompts
 from experiments.render import read_renders, render_stage, row_key
+from experiments.rundir import AttemptKey
 from interp.prompts import PromptItem, Protocol, build, items_by_id
 
 INTERVENTIONS = "interventions.jsonl"
+CUTS = "intervention_cuts.jsonl"
 PATCHING = "patching.jsonl"
+#: why a source attempt gives no cut, or a cut lacks an arm
+EXCLUSIONS = ("no spliceable statement", "no moved-used displacement", "no moved-unused displacement", "splice error")
 
 
-def protocol_from_label(label: str) -> Protocol:
-    if label.startswith("svg/"):
+@dataclass(frozen=True)
+class InterveneSettings:
+    """How the intervention stage samples continuations (paper: 9 per arm at the generation temperature)."""
+
+    task: str = "layout"  #: interventions are per task; the paper's are on layout attempts
+    arms: tuple[str, ...] = ARMS  #: which of the four arms to continue
+    continuations: int = 9  #: continuations per arm and cut
+    temperature: float = 0.7  #: sampling temperature of the continuations
+    max_new_tokens: int = 96  #: tokens per continuation
+    seed: int = 0  #: every continuation's seed derives from it, the attempt key, the cut, the arm and k
+    cut: str = "last"  #: "last" (after the completed picture, as the paper) or "all" spliceable statements
+    samples: tuple[int, ...] | None = None  #: which attempts are sources (None: all valid ones, greedy and sampled)
+    limit: int | None = None  #: only the first N cuts (None: all)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PatchSettings:
+    """Activation patching at the cut statement (beyond the paper)."""
+
+    task: str = "layout"
+    layers: tuple[int, ...] | None = None  #: resid_pre layers to patch (None: every block)
+    moved_arm: str = "moved-unused"  #: the arm swapped with null-asis
+    continuations: int = 9
+    temperature: float = 0.7
+    max_new_tokens: int = 64
+    seed: int = 0
+    limit: int | None = None  #: only the first N cuts
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def protocol_from_label(label: str, medium: str = "v1") -> Protocol:
+    if medium == "svg":
         raise ValueError("SVG attempts have no canvas statements to splice")
     if label == "zero-shot":
         return Protocol("zero-shot", 0)
@@ -46,37 +92,78 @@ def protocol_from_label(label: str) -> Protocol:
     return Protocol(name, int(k))
 
 
-def plan_cuts(run: Path, model: str, samples: Iterable[int] = (0,), cut: str = "last",
-              limit: int | None = None) -> list[dict[str, Any]]:
-    """Every (attempt, cut statement) with its arms, from valid canvas attempts of `model`."""
+def plan_cuts(run: Path, model: str, task: str = "layout", samples: Iterable[int] | None = None, cut: str = "last",
+              limit: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(cuts, records) for the valid canvas attempts of `model` on `task`.
+
+    A cut is an (attempt, statement) with its arms. `records` has one row per source attempt and cut or
+    exclusion (written to RUN/intervention_cuts.jsonl): the attempt key, the cut, the statement, whether
+    it carries a comment, whether the program had more code after it, which arms exist, the splice
+    identity check of each moved arm, or the reason it was excluded (`EXCLUSIONS`). A splice that fails
+    is an exclusion, never an error of the stage."""
     render_stage(run)
     renders = read_renders(run)
-    wanted = set(samples)
-    cuts = []
+    wanted = None if samples is None else set(samples)
+    cuts: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
     for r in read_rows(run / GENERATIONS):
-        if r["model"] != model or r["sample"] not in wanted or r["protocol"].startswith("svg/"):
+        key = AttemptKey.of(r)
+        if key.model != model or key.task != task or key.medium == "svg" or (wanted is not None and key.sample not in wanted):
             continue
         rend = renders.get(row_key(r))
         if rend is None or rend["outcome"] != "ok":
             continue
-        answer = answer_text(r)
-        every = statements(answer)
-        stmts = [s for s in every if s.spliceable]
-        if not stmts:
-            continue
-        painted = np.any(rend["pixels"] != rend["background"], axis=-1)
-        chosen = stmts[-1:] if cut == "last" else stmts
-        for s in chosen:
-            idx = every.index(s)
-            arms = cut_arms(answer, s, painted)
-            cuts.append({"row": r, "answer": answer, "stmt": s, "cut": idx, "arms": arms})
         if limit and len(cuts) >= limit:
             break
-    return cuts[:limit] if limit else cuts
+        base = {**key.fields()}
+        answer = answer_text(r)
+        try:
+            every = statements(answer)
+        except Exception as e:  # noqa: BLE001 - model text is hostile; one bad attempt is one exclusion
+            records.append({**base, "status": "excluded", "reason": "splice error", "detail": f"{type(e).__name__}"})
+            continue
+        stmts = [s for s in every if s.spliceable]
+        if not stmts:
+            records.append({**base, "status": "excluded", "reason": "no spliceable statement"})
+            continue
+        painted = np.any(rend["pixels"] != rend["background"], axis=-1)
+        for s in (stmts[-1:] if cut == "last" else stmts):
+            idx = every.index(s)
+            rec = {**base, "cut": idx, "statement": s.name, "comment": s.comment, "code_after": s.code_after}
+            try:
+                arms = cut_arms(answer, s, painted)
+            except Exception as e:  # noqa: BLE001
+                records.append({**rec, "status": "excluded", "reason": "splice error", "detail": f"{type(e).__name__}: {e}"[:200]})
+                continue
+            asis = next(a.prefix for a in arms if a.arm == "null-asis")
+            names = [a.arm for a in arms]
+            checks = {a.arm: strip_digits(a.prefix) == strip_digits(asis) and a.prefix != asis
+                      for a in arms if a.arm.startswith("moved")}
+            missing = [f"no {m} displacement" for m in ("moved-used", "moved-unused") if m not in names]
+            records.append({**rec, "status": "cut", "arms": names, "splice_identical": checks, "missing": missing})
+            cuts.append({"row": r, "key": key, "answer": answer, "stmt": s, "cut": idx, "arms": arms})
+            if limit and len(cuts) >= limit:
+                break
+    return cuts, records
 
 
-def _tokens(rt: Any, r: dict[str, Any], cut: dict[str, Any], items: dict[str, PromptItem]) -> tuple[list[int], dict[str, list[int]]]:
-    built = build(items[r["prompt_id"]], protocol_from_label(r["protocol"]), rt.tokenizer, chat=rt.info.chat)
+def _items(run: Path) -> Callable[[str, str], PromptItem]:
+    recorded = run_prompts(run)
+    builtin = items_by_id()
+
+    def get(task: str, pid: str) -> PromptItem:
+        if (task, pid) in recorded:
+            return recorded[(task, pid)]
+        if pid in builtin and builtin[pid].task == task:
+            return builtin[pid]
+        raise ValueError(f"no prompt text for {task} prompt {pid!r} in {run} (prompts.jsonl) or built in")
+
+    return get
+
+
+def _tokens(rt: Any, cut: dict[str, Any], item: PromptItem) -> tuple[list[int], dict[str, list[int]]]:
+    r, key = cut["row"], cut["key"]
+    built = build(item, protocol_from_label(key.protocol, key.medium), rt.tokenizer, chat=rt.info.chat)
     plen = len(r.get("prefix", ""))  # the prompt already holds an open fence: drop it from the answer
     arms = {a.arm: a.prefix[plen:] for a in cut["arms"]}
     shared_text = arms["null-empty"]
@@ -89,105 +176,160 @@ def _tokens(rt: Any, r: dict[str, Any], cut: dict[str, Any], items: dict[str, Pr
     return shared, suffixes
 
 
-def intervene_stage(rt: Any, run: Path, model: str | None = None, arms: Iterable[str] = ARMS, continuations: int = 9,
-                    temperature: float = 0.7, max_new_tokens: int = 96, seed: int = 0, cut: str = "last",
-                    limit: int | None = None, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+def _write_records(run: Path, model: str, task: str, records: list[dict[str, Any]]) -> None:
+    """RUN/intervention_cuts.jsonl: this model and task's records replace its earlier ones (the plan is a
+    function of the generations and renders, so a rerun writes the same rows)."""
+    path = run / CUTS
+    keep = [x for x in read_rows(path) if (x["model"], x["task"]) != (model, task)]
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for x in keep + records:
+            f.write(json.dumps(x, sort_keys=True, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def intervene_stage(rt: Any, run: Path, model: str | None = None, s: InterveneSettings = InterveneSettings(),
+                    progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Continuations for every cut's arms into RUN/interventions.jsonl (resumable per cut); returns counts
+    computed from the rows on disk."""
     from interp.runtime import Sampling, StopRule
 
     model = model or rt.info.name
-    arms = [a for a in ARMS if a in set(arms)]
-    items = items_by_id()
+    bad = set(s.arms) - set(ARMS)
+    if bad:
+        raise ValueError(f"unknown arms {sorted(bad)}: use {', '.join(ARMS)}")
+    arms = [a for a in ARMS if a in set(s.arms)]
+    item = _items(run)
     path = run / INTERVENTIONS
-    done = {(x["prompt_id"], x["sample"], x["cut"]) for x in read_rows(path)}
-    cuts = plan_cuts(run, model, cut=cut, limit=limit)
-    # every moved arm was built by `move`, which asserts byte identity outside the digits; count them
-    splices = sum(a.arm.startswith("moved") for c in cuts for a in c["arms"])
-    written = 0
+    done = {(AttemptKey.of(x), x["cut"]) for x in read_rows(path)}
+    cuts, records = plan_cuts(run, model, s.task, s.samples, s.cut, s.limit)
+    _write_records(run, model, s.task, records)
     for c in cuts:
-        r = c["row"]
-        key = (r["prompt_id"], r["sample"], c["cut"])
-        if key in done:
+        key = c["key"]
+        if (key, c["cut"]) in done:
             if progress:
                 progress(1)
             continue
-        shared, suffixes = _tokens(rt, r, c, items)
+        shared, suffixes = _tokens(rt, c, item(key.task, key.prompt_id))
         present = [a for a in c["arms"] if a.arm in arms]
         rows_in, sfx, smp = [], [], []
         for a in present:
-            for k in range(continuations):
-                s = derive_seed(seed, model, r["prompt_id"], r["sample"], c["cut"], a.arm, k)
-                rows_in.append((a, k, s))
+            for k in range(s.continuations):
+                seed = derive_seed(s.seed, *key, c["cut"], a.arm, k)
+                rows_in.append((a, k, seed))
                 sfx.append(suffixes[a.arm])
-                smp.append(Sampling(temperature, s))
-        gens = rt.continue_batch(shared, sfx, smp, StopRule(max_new_tokens=max_new_tokens, open_fence=True))
+                smp.append(Sampling(s.temperature, seed))
+        gens = rt.continue_batch(shared, sfx, smp, StopRule(max_new_tokens=s.max_new_tokens, open_fence=True))
         out = []
-        for (a, k, s), g in zip(rows_in, gens):
-            out.append({"model": model, "prompt_id": r["prompt_id"], "task": r["task"], "sample": r["sample"],
-                        "protocol": r["protocol"], "cut": c["cut"], "statement": c["stmt"].name, "arm": a.arm, "k": k,
-                        "seed": s, "temperature": temperature, "dr": a.dr, "dc": a.dc, "distance": a.distance,
+        for (a, k, seed), g in zip(rows_in, gens):
+            out.append({**key.fields(), "cut": c["cut"], "statement": c["stmt"].name, "comment": c["stmt"].comment,
+                        "code_after": c["stmt"].code_after, "arm": a.arm, "k": k, "seed": seed,
+                        "temperature": s.temperature, "dr": a.dr, "dc": a.dc, "distance": a.distance,
                         "overlap": a.overlap, "continuation": g.text, "stop": g.stop, "n_tokens": len(g.tokens),
                         "continued": continued_drawing(g.text)})
         append_rows(path, out)
-        written += len(out)
         if progress:
             progress(1)
-    return {"cuts": len(cuts), "continuations_written": written, "splices_byte_identical": f"{splices}/{splices}"}
+    return intervention_counts(run, model, s.task)
+
+
+def intervention_counts(run: Path, model: str, task: str) -> dict[str, Any]:
+    """Counts of one model and task, from the rows written (never assumed)."""
+    rows = [x for x in read_rows(run / INTERVENTIONS) if (x["model"], x["task"]) == (model, task)]
+    recs = [x for x in read_rows(run / CUTS) if (x["model"], x["task"]) == (model, task)]
+    cut_recs = [x for x in recs if x["status"] == "cut"]
+    checks = [ok for x in cut_recs for ok in x["splice_identical"].values()]
+    excluded: dict[str, int] = {}
+    for x in recs:
+        for reason in ([x["reason"]] if x["status"] == "excluded" else x["missing"]):
+            excluded[reason] = excluded.get(reason, 0) + 1
+    return {"model": model, "task": task, "cuts": len(cut_recs),
+            "cuts_with_rows": len({(AttemptKey.of(x), x["cut"]) for x in rows}), "continuations": len(rows),
+            "splices_byte_identical": f"{sum(checks)}/{len(checks)}", "excluded": excluded}
 
 
 # --------------------------------------------------------------------------- statistics
 
 
-def _cluster_boot(per_prompt: dict[str, list[float]], n_boot: int, seed: int) -> tuple[float, float]:
+def _cluster_ci(per_prompt: dict[str, list[float]], n_boot: int, seed: int) -> list[float]:
+    """Prompt-clustered percentile 95% CI of the mean over all values (prompts resampled with replacement)."""
+    from interp.probes import bootstrap_counts
+
     keys = sorted(per_prompt)
-    rng = np.random.default_rng(seed)
-    means = []
-    vals = [np.asarray(per_prompt[k], dtype=float) for k in keys]
-    for _ in range(n_boot):
-        pick = rng.integers(0, len(keys), len(keys))
-        means.append(np.mean(np.concatenate([vals[i] for i in pick])))
+    sums = np.array([np.sum(per_prompt[k]) for k in keys], dtype=float)
+    counts = np.array([len(per_prompt[k]) for k in keys], dtype=float)
+    w = bootstrap_counts(len(keys), n_boot, seed)
+    means = (w @ sums) / (w @ counts)
     lo, hi = np.quantile(means, [0.025, 0.975])
-    return float(lo), float(hi)
+    return [float(lo), float(hi)]
 
 
-def arm_table(rows: list[dict[str, Any]], n_boot: int = 2000, n_perm: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
-    """Continuation rate per (model, arm), and delta vs null-asis with a prompt-clustered bootstrap CI
-    and a paired permutation test (arm labels swapped within each cut), BH-adjusted across models x arms."""
+def _cut_id(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (*AttemptKey.of(r), r["cut"])
+
+
+STRATA = (("all", lambda r: True), ("comment", lambda r: bool(r.get("comment"))),
+          ("no comment", lambda r: not r.get("comment")), ("code after cut", lambda r: bool(r.get("code_after"))),
+          ("no code after cut", lambda r: not r.get("code_after")))
+
+
+def arm_table(rows: list[dict[str, Any]], n_boot: int = 2000, n_perm: int = 2000, seed: int = 0,
+              strata: bool = False) -> list[dict[str, Any]]:
+    """Continued-drawing rates per (model, task, arm) and the paired delta of each arm vs null-asis.
+
+    `rate` is over all of the arm's continuations (unpaired); `paired_rate` and `paired_asis_rate` are over
+    the cuts that have both arms (the mean over those cuts of each cut's rate), so that
+    `paired_asis_rate -> paired_rate` is exactly `delta_vs_asis`. The delta has a prompt-clustered bootstrap
+    CI and a sign-flip permutation p (arm labels swapped within a cut, each cut independently, under the
+    sharp null), BH-adjusted across models and arms within each task and stratum. With `strata`, the table
+    repeats per stratum: statements with / without a same-line comment, programs with / without code
+    after the cut (the paper stratified comments)."""
     from interp.probes import benjamini_hochberg
 
     out = []
-    for model in sorted({r["model"] for r in rows}):
-        mine = [r for r in rows if r["model"] == model]
-        by_cut: dict[tuple, dict[str, list[float]]] = {}
-        for r in mine:
-            by_cut.setdefault((r["prompt_id"], r["sample"], r["cut"]), {}).setdefault(r["arm"], []).append(float(r["continued"]))
-        for arm in ARMS:
-            vals = [r for r in mine if r["arm"] == arm]
-            if not vals:
-                continue
-            per_prompt: dict[str, list[float]] = {}
-            for r in vals:
-                per_prompt.setdefault(r["prompt_id"], []).append(float(r["continued"]))
-            row: dict[str, Any] = {"model": model, "arm": arm, "continuations": len(vals), "cuts": len({(r["prompt_id"], r["sample"], r["cut"]) for r in vals}),
-                                   "rate": float(np.mean([r["continued"] for r in vals])),
-                                   "rate_ci": list(_cluster_boot(per_prompt, n_boot, seed))}
-            if arm != "null-asis":
-                pairs = [(c[arm], c["null-asis"]) for c in by_cut.values() if arm in c and "null-asis" in c]
-                if pairs:
-                    deltas = np.array([np.mean(a) - np.mean(b) for a, b in pairs])
-                    per_prompt_delta: dict[str, list[float]] = {}
-                    for (key, c) in by_cut.items():
-                        if arm in c and "null-asis" in c:
-                            per_prompt_delta.setdefault(key[0], []).append(np.mean(c[arm]) - np.mean(c["null-asis"]))
-                    rng = np.random.default_rng(seed)
-                    null = [np.mean(deltas * rng.choice([-1.0, 1.0], size=deltas.size)) for _ in range(n_perm)]
-                    obs = float(deltas.mean())
-                    row.update({"delta_vs_asis": obs, "delta_ci": list(_cluster_boot(per_prompt_delta, n_boot, seed)),
-                                "p_perm": float((1 + sum(abs(v) >= abs(obs) - 1e-12 for v in null)) / (1 + n_perm)),
-                                "mean_distance": float(np.mean([r["distance"] for r in vals]))})
-            out.append(row)
-    tested = [r for r in out if "p_perm" in r]
-    for r, q in zip(tested, benjamini_hochberg([r["p_perm"] for r in tested])):
-        r["q_bh"] = q
+    for sname, keep in (STRATA if strata else STRATA[:1]):
+        fam: list[dict[str, Any]] = []
+        for model, task in sorted({(r["model"], r.get("task", "layout")) for r in rows}):
+            mine = [r for r in rows if r["model"] == model and r.get("task", "layout") == task and keep(r)]
+            by_cut: dict[tuple, dict[str, list[float]]] = {}
+            for r in mine:
+                by_cut.setdefault(_cut_id(r), {}).setdefault(r["arm"], []).append(float(r["continued"]))
+            for arm in ARMS:
+                vals = [r for r in mine if r["arm"] == arm]
+                if not vals:
+                    continue
+                per_prompt: dict[str, list[float]] = {}
+                for r in vals:
+                    per_prompt.setdefault(r["prompt_id"], []).append(float(r["continued"]))
+                row: dict[str, Any] = {"model": model, "task": task, "stratum": sname, "arm": arm,
+                                       "continuations": len(vals), "cuts": len({_cut_id(r) for r in vals}),
+                                       "rate": float(np.mean([r["continued"] for r in vals])),
+                                       "rate_ci": _cluster_ci(per_prompt, n_boot, seed), "n_boot": n_boot, "seed": seed}
+                if arm != "null-asis":
+                    pairs = [(cid, c[arm], c["null-asis"]) for cid, c in sorted(by_cut.items()) if arm in c and "null-asis" in c]
+                    if pairs:
+                        a = np.array([np.mean(x) for _, x, _ in pairs])
+                        b = np.array([np.mean(y) for _, _, y in pairs])
+                        deltas = a - b
+                        per_prompt_delta: dict[str, list[float]] = {}
+                        for (cid, _, _), dlt in zip(pairs, deltas):
+                            per_prompt_delta.setdefault(cid[4], []).append(float(dlt))
+                        rng = np.random.default_rng(seed)
+                        signs = rng.choice([-1.0, 1.0], size=(n_perm, deltas.size))
+                        null = signs @ deltas / deltas.size
+                        obs = float(deltas.mean())
+                        row.update({"paired_cuts": len(pairs), "paired_rate": float(a.mean()),
+                                    "paired_asis_rate": float(b.mean()), "delta_vs_asis": obs,
+                                    "delta_ci": _cluster_ci(per_prompt_delta, n_boot, seed),
+                                    "p_perm": float((1 + np.sum(np.abs(null) >= abs(obs) - 1e-12)) / (1 + n_perm)),
+                                    "n_perm": n_perm, "mean_distance": float(np.mean([r["distance"] for r in vals]))})
+                fam.append(row)
+        tested = [r for r in fam if "p_perm" in r]
+        for task in sorted({r["task"] for r in tested}):
+            sel = [r for r in tested if r["task"] == task]
+            for r, q in zip(sel, benjamini_hochberg([r["p_perm"] for r in sel])):
+                r["q_bh"] = q
+        out += fam
     return out
 
 
@@ -195,23 +337,25 @@ def dose_response(rows: list[dict[str, Any]], bins: Iterable[float] = (0, 3, 5, 
     """Continuation rate of the moved arms by displacement distance bin, per model."""
     edges = list(bins)
     out = []
-    for model in sorted({r["model"] for r in rows}):
-        moved = [r for r in rows if r["model"] == model and r["arm"].startswith("moved")]
+    for model, task in sorted({(r["model"], r.get("task", "layout")) for r in rows}):
+        moved = [r for r in rows if r["model"] == model and r.get("task", "layout") == task and r["arm"].startswith("moved")]
         for lo, hi in zip(edges, edges[1:]):
             sel = [r for r in moved if lo <= r["distance"] < hi]
             if sel:
-                out.append({"model": model, "bin": [lo, hi], "continuations": len(sel),
+                out.append({"model": model, "task": task, "bin": [lo, hi], "continuations": len(sel),
                             "rate": float(np.mean([r["continued"] for r in sel])),
                             "mean_distance": float(np.mean([r["distance"] for r in sel]))})
     return out
 
 
-def plot_interventions(run: Path, table: list[dict[str, Any]], dose: list[dict[str, Any]]) -> Path:
+def plot_interventions(run: Path, table: list[dict[str, Any]], dose: list[dict[str, Any]], task: str = "layout") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    table = [r for r in table if r["task"] == task and r.get("stratum", "all") == "all"]
+    dose = [r for r in dose if r["task"] == task]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
     for model in sorted({r["model"] for r in table}):
         t = [r for r in table if r["model"] == model]
@@ -223,14 +367,14 @@ def plot_interventions(run: Path, table: list[dict[str, Any]], dose: list[dict[s
     a1.set_xticks(range(len(ARMS)), ARMS, fontsize=8)
     a1.set_ylabel("continued drawing")
     a1.set_ylim(-0.05, 1.05)
-    a1.set_title("continuation rate per arm (prompt-bootstrap 95% CI)")
+    a1.set_title(f"{task}: continuation rate per arm (prompt-bootstrap 95% CI)", fontsize=9)
     a2.set_xlabel("displacement (cells)")
     a2.set_ylabel("continued drawing (moved arms)")
     a2.set_ylim(-0.05, 1.05)
-    a2.set_title("dose-response")
+    a2.set_title("dose-response", fontsize=9)
     a1.legend(fontsize=7)
     fig.tight_layout()
-    out = run / "interventions.png"
+    out = run / f"interventions-{task}.png"
     fig.savefig(out, metadata={"Software": None})
     plt.close(fig)
     return out
@@ -239,100 +383,118 @@ def plot_interventions(run: Path, table: list[dict[str, Any]], dose: list[dict[s
 # --------------------------------------------------------------------------- activation patching
 
 
-def patch_stage(rt: Any, run: Path, model: str | None = None, layers: Iterable[int] | None = None, continuations: int = 9,
-                temperature: float = 0.7, max_new_tokens: int = 64, seed: int = 0, moved_arm: str = "moved-unused",
-                limit: int | None = None, progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
-    """Patch resid_pre of layer L at the cut statement's tokens between `moved_arm` and null-asis, both ways."""
+def patch_stage(rt: Any, run: Path, model: str | None = None, s: PatchSettings = PatchSettings(),
+                progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Patch resid_pre of layer L at the cut statement's tokens between `s.moved_arm` and null-asis, both
+    ways, and sample continuations; one row per (attempt key, cut, layer, direction) in RUN/patching.jsonl
+    (resumable). Cuts whose two statement lines have different token counts cannot be aligned and are
+    counted as skipped. Returns counts computed from the rows on disk."""
     from interp.runtime import Sampling, StopRule
 
     model = model or rt.info.name
-    items = items_by_id()
-    layers = list(range(rt.info.n_layers)) if layers is None else list(layers)
+    item = _items(run)
+    layers = list(range(rt.info.n_layers)) if s.layers is None else list(s.layers)
     path = run / PATCHING
-    done = {(x["prompt_id"], x["sample"], x["cut"], x["layer"], x["direction"]) for x in read_rows(path)}
+    done = {(AttemptKey.of(x), x["cut"], x["layer"], x["direction"]) for x in read_rows(path)}
     skipped = 0
-    for c in plan_cuts(run, model, limit=limit):
-        names = {a.arm for a in c["arms"]}
-        if moved_arm not in names:
+    cuts, _ = plan_cuts(run, model, s.task, limit=s.limit)
+    src = {"moved->asis": (s.moved_arm, "null-asis"), "asis->moved": ("null-asis", s.moved_arm)}
+    for c in cuts:
+        if s.moved_arm not in {a.arm for a in c["arms"]}:
             continue
-        r = c["row"]
-        shared, suffixes = _tokens(rt, r, c, items)
-        src = {"moved->asis": (moved_arm, "null-asis"), "asis->moved": ("null-asis", moved_arm)}
-        if len(suffixes[moved_arm]) != len(suffixes["null-asis"]):
+        key = c["key"]
+        shared, suffixes = _tokens(rt, c, item(key.task, key.prompt_id))
+        if len(suffixes[s.moved_arm]) != len(suffixes["null-asis"]):
             skipped += 1
             continue
         span = len(suffixes["null-asis"])
-        if all((r["prompt_id"], r["sample"], c["cut"], layer, d) in done for layer in layers for d in src):
+        if all((key, c["cut"], layer, d) in done for layer in layers for d in src):
+            if progress:
+                progress(len(layers))
             continue
         # each arm's residual stream at the statement tokens, every patched layer in one capture pass
         acts = {}
-        for arm in (moved_arm, "null-asis"):
+        for arm in (s.moved_arm, "null-asis"):
             toks = shared + suffixes[arm]
             acts[arm] = rt.capture([toks], [list(range(len(toks) - span, len(toks)))], layers)[0]  # [layers, span, d]
         for li, layer in enumerate(layers):
             hook_name = rt.hook_names([layer])[0]
             for direction, (donor, target) in src.items():
-                key = (r["prompt_id"], r["sample"], c["cut"], layer, direction)
-                if key in done:
+                if (key, c["cut"], layer, direction) in done:
                     continue
 
                 def put(act: Any, hook: Any = None, donor_acts: Any = acts[donor][li]) -> Any:
                     act[:, -span:, :] = donor_acts.to(act.device, act.dtype)
                     return act
 
-                smp = [Sampling(temperature, derive_seed(seed, model, r["prompt_id"], r["sample"], c["cut"], "patch", layer, direction, k))
-                       for k in range(continuations)]
-                gens = rt.continue_batch(shared, [suffixes[target]] * continuations, smp,
-                                         StopRule(max_new_tokens=max_new_tokens, open_fence=True),
+                seeds = [derive_seed(s.seed, *key, c["cut"], "patch", layer, direction, k) for k in range(s.continuations)]
+                gens = rt.continue_batch(shared, [suffixes[target]] * s.continuations, [Sampling(s.temperature, x) for x in seeds],
+                                         StopRule(max_new_tokens=s.max_new_tokens, open_fence=True),
                                          prefill_hooks=[(hook_name, put)])
-                rate = float(np.mean([continued_drawing(g.text) for g in gens]))
-                row = {"model": model, "prompt_id": r["prompt_id"], "sample": r["sample"], "cut": c["cut"], "layer": layer,
-                       "direction": direction, "moved_arm": moved_arm, "continuations": continuations, "rate": rate,
-                       "seed": seed}
-                append_rows(path, [row])
-                done.add(key)
+                cont = [continued_drawing(g.text) for g in gens]
+                append_rows(path, [{**key.fields(), "cut": c["cut"], "layer": layer, "direction": direction,
+                                    "moved_arm": s.moved_arm, "continuations": s.continuations, "continued": cont,
+                                    "rate": float(np.mean(cont)), "seeds": seeds}])
+                done.add((key, c["cut"], layer, direction))
             if progress:
                 progress(1)
-    rows = read_rows(path)
-    return rows + ([{"kind": "skipped", "cuts_with_unequal_token_counts": skipped}] if skipped else [])
+    rows = [x for x in read_rows(path) if (x["model"], x["task"]) == (model, s.task)]
+    return {"model": model, "task": s.task, "rows": len(rows), "cuts": len({(AttemptKey.of(x), x["cut"]) for x in rows}),
+            "layers": sorted({x["layer"] for x in rows}), "cuts_with_unequal_token_counts": skipped}
 
 
-def plot_patching(run: Path, rows: list[dict[str, Any]]) -> Path | None:
+def patching_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Continued-drawing rate per (model, task, direction, layer) over cuts."""
+    out = []
+    for model, task, direction, layer in sorted({(r["model"], r["task"], r["direction"], r["layer"]) for r in rows}):
+        sel = [r for r in rows if (r["model"], r["task"], r["direction"], r["layer"]) == (model, task, direction, layer)]
+        out.append({"model": model, "task": task, "direction": direction, "layer": layer, "cuts": len(sel),
+                    "rate": float(np.mean([r["rate"] for r in sel]))})
+    return out
+
+
+def plot_patching(run: Path, rows: list[dict[str, Any]], task: str = "layout") -> Path | None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in rows if "layer" in r]
-    if not rows:
+    table = [r for r in patching_table(rows) if r["task"] == task]
+    if not table:
         return None
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    for direction in sorted({r["direction"] for r in rows}):
-        sel = [r for r in rows if r["direction"] == direction]
-        layers = sorted({r["layer"] for r in sel})
-        ax.plot(layers, [np.mean([r["rate"] for r in sel if r["layer"] == L]) for L in layers], marker="o", label=direction)
+    for model, direction in sorted({(r["model"], r["direction"]) for r in table}):
+        sel = [r for r in table if (r["model"], r["direction"]) == (model, direction)]
+        ax.plot([r["layer"] for r in sel], [r["rate"] for r in sel], marker="o", label=f"{model} {direction}")
     ax.set_xlabel("patched layer (resid_pre)")
     ax.set_ylabel("continued drawing")
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title("activation patching at the cut statement")
+    ax.set_title(f"{task}: activation patching at the cut statement")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out = run / "patching.png"
+    out = run / f"patching-{task}.png"
     fig.savefig(out, metadata={"Software": None})
     plt.close(fig)
     return out
 
 
-def summarise_interventions(run: Path, seed: int = 0) -> dict[str, Any] | None:
-    """Write RUN/interventions_table.json and the plots from the rows so far; None without rows."""
+def summarise_interventions(run: Path, seed: int = 0, n_boot: int = 2000, n_perm: int = 2000) -> dict[str, Any] | None:
+    """Write RUN/interventions_table.json (arms, strata, dose-response, counts and exclusions per model and
+    task, patching) and the plots, from the rows on disk; None without rows."""
     rows = read_rows(run / INTERVENTIONS)
     if not rows:
         return None
-    table = arm_table(rows, seed=seed)
+    table = arm_table(rows, n_boot=n_boot, n_perm=n_perm, seed=seed, strata=True)
     dose = dose_response(rows)
-    out = {"arms": table, "dose_response": dose}
+    pairs = sorted({(r["model"], r["task"]) for r in rows} | {(r["model"], r["task"]) for r in read_rows(run / CUTS)})
+    out: dict[str, Any] = {"arms": [r for r in table if r["stratum"] == "all"], "strata": [r for r in table if r["stratum"] != "all"],
+                           "dose_response": dose, "counts": [intervention_counts(run, m, t) for m, t in pairs]}
+    patch_rows = read_rows(run / PATCHING)
+    if patch_rows:
+        out["patching"] = patching_table(patch_rows)
     (run / "interventions_table.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    plot_interventions(run, table, dose)
-    if (run / PATCHING).exists():
-        plot_patching(run, read_rows(run / PATCHING))
+    for task in sorted({r["task"] for r in rows}):
+        plot_interventions(run, table, dose, task)
+    for task in sorted({r["task"] for r in patch_rows}):
+        plot_patching(run, patch_rows, task)
     return out

@@ -13,6 +13,7 @@ from bench.layout.judge import DIMENSIONS, PASS, RUBRIC_VERSION, VerdictCache, c
 from bench.layout.prompts import by_id
 from experiments.generation import GENERATIONS, read_rows
 from experiments.render import read_renders, render_stage, row_key
+from experiments.rundir import AttemptKey, arm_of
 
 JUDGE_SCORES = "judge_scores.jsonl"
 JUDGE_CACHE = "judge_cache.jsonl"
@@ -30,7 +31,8 @@ def judge_stage(run: Path, judge: Any, progress: Callable[[int], None] | None = 
     out, asked, cached = [], 0, 0
     for r in rows:
         rend = renders[row_key(r)]
-        base = {k: r[k] for k in ("model", "protocol", "prompt_id", "sample")}
+        base = {k: r[k] for k in ("model", "task", "protocol", "prompt_id", "sample")}
+        base["medium"] = AttemptKey.of(r).medium
         base.update(judge=judge.name, rubric=RUBRIC_VERSION, tier=prompts[r["prompt_id"]].tier,
                     subcategory=prompts[r["prompt_id"]].subcategory)
         if rend["outcome"] != "ok":
@@ -70,11 +72,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def pass_at_k_table(rows: Iterable[dict[str, Any]], ks: Iterable[int] = (1, 3, 5, 10)) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str, str], dict[str, list[bool]]] = {}
     for r in rows:
-        groups.setdefault((r["judge"], r["model"], r["protocol"]), {}).setdefault(r["prompt_id"], []).append(r["passed"])
+        groups.setdefault((r["judge"], r["model"], arm_of(r)), {}).setdefault(r["prompt_id"], []).append(r["passed"])
     out = []
-    for (judge, model, protocol), per_prompt in sorted(groups.items()):
+    for (judge, model, arm), per_prompt in sorted(groups.items()):
         n_min = min(len(v) for v in per_prompt.values())
-        row: dict[str, Any] = {"judge": judge, "model": model, "protocol": protocol, "prompts": len(per_prompt)}
+        row: dict[str, Any] = {"judge": judge, "model": model, "protocol": arm, "prompts": len(per_prompt)}
         for k in ks:
             if k <= n_min:
                 row[f"pass@{k}"] = float(np.mean([pass_at_k(len(v), sum(v), k) for v in per_prompt.values()]))
@@ -89,7 +91,8 @@ def judge_agreement(rows: Iterable[dict[str, Any]], a: str, b: str) -> dict[str,
     by: dict[str, dict[tuple, float]] = {a: {}, b: {}}
     for r in rows:
         if r["judge"] in by:
-            by[r["judge"]][(r["model"], r["protocol"], r["prompt_id"], r["sample"])] = r["overall"]
+            k = AttemptKey.of({**r, "task": r.get("task", "layout")})
+            by[r["judge"]][(k.model, k.protocol, k.medium, k.prompt_id, k.sample)] = r["overall"]
     common = sorted(set(by[a]) & set(by[b]))
     if len(common) < 3:
         raise ValueError(f"judges {a} and {b} share {len(common)} attempts; need at least 3")
@@ -103,16 +106,16 @@ def judge_agreement(rows: Iterable[dict[str, Any]], a: str, b: str) -> dict[str,
 
 
 def inversion_table(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean overall score on T2 (icons) and T3 (compositions) per judge and model; inverted when T3 > T2."""
-    acc: dict[tuple[str, str], dict[str, list[float]]] = {}
+    """Mean overall score on T2 (icons) and T3 (compositions) per judge, model and arm; inverted when T3 > T2."""
+    acc: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     for r in rows:
         if r["tier"] in ("T2", "T3"):
-            acc.setdefault((r["judge"], r["model"]), {"T2": [], "T3": []})[r["tier"]].append(r["overall"])
+            acc.setdefault((r["judge"], r["model"], arm_of(r)), {"T2": [], "T3": []})[r["tier"]].append(r["overall"])
     out = []
-    for (judge, model), t in sorted(acc.items()):
+    for (judge, model, arm), t in sorted(acc.items()):
         if t["T2"] and t["T3"]:
             t2, t3 = float(np.mean(t["T2"])), float(np.mean(t["T3"]))
-            out.append({"judge": judge, "model": model, "T2": t2, "T3": t3, "inverted": t3 > t2})
+            out.append({"judge": judge, "model": model, "protocol": arm, "T2": t2, "T3": t3, "inverted": t3 > t2})
     return out
 
 

@@ -9,6 +9,7 @@ from bench.layout.prompts import by_id
 from bench.layout.scoring import TRIVIAL_SHARE
 from experiments.generation import GENERATIONS, read_rows
 from experiments.render import read_renders, row_key
+from experiments.rundir import arm_of
 
 
 def layout_table(run: Path, level: str = "tier") -> list[dict[str, Any]]:
@@ -27,7 +28,7 @@ def layout_table(run: Path, level: str = "tier") -> list[dict[str, Any]]:
         p = prompts[r["prompt_id"]]
         group = p.tier if level == "tier" else p.subcategory
         for g in (group, "all"):
-            c = groups.setdefault((r["model"], r["protocol"], g), {"attempts": 0, "valid": 0, "trivial": 0})
+            c = groups.setdefault((r["model"], arm_of(r), g), {"attempts": 0, "valid": 0, "trivial": 0})
             c["attempts"] += 1
             c["valid"] += rend["outcome"] == "ok"
             c["trivial"] += rend["trivial"]

@@ -1,7 +1,7 @@
 """The render stage: every attempt of a run through the sandbox, into RUN/renders.h5 (resumable).
 
-`renders.h5`: `pixels` uint8 [n, 24, 24, 3] (zeros for invalid attempts), `key` (JSON of model,
-task, protocol, prompt id, sample), `outcome`, `reason`, `dominant_share`, `trivial` and
+`renders.h5`: `pixels` uint8 [n, 24, 24, 3] (zeros for invalid attempts), `key` (JSON of the attempt
+key: model, task, protocol, medium, prompt id, sample), `outcome`, `reason`, `dominant_share`, `trivial` and
 `background` (see `background_of`), appended in
 chunks, with a `complete` attribute raised after each flushed chunk (a kill mid-chunk is trimmed on
 resume, like the activation store).
@@ -18,13 +18,15 @@ import numpy as np
 
 from bench.layout.scoring import TRIVIAL_SHARE, dominant_share
 from experiments.generation import GENERATIONS, RunError, answer_text, read_rows
+from experiments.rundir import AttemptKey
 
 RENDERS = "renders.h5"
 CHUNK = 256
 
 
 def row_key(r: dict[str, Any]) -> str:
-    return json.dumps([r["model"], r["task"], r["protocol"], r["prompt_id"], r["sample"]])
+    """The attempt key as stored in renders.h5 (see `experiments.rundir.AttemptKey`)."""
+    return AttemptKey.of(r).json
 
 
 def render_stage(run: Path, workers: int | None = None, progress: Callable[[int], None] | None = None,
@@ -106,12 +108,12 @@ def background_of(res: Any) -> np.ndarray:
 
 def _render_batch(pool: Any, batch: list[dict[str, Any]], run: Path, n: int) -> list[Any]:
     """Every attempt goes through the sandbox pool: canvas programs as programs (pixels only, no
-    geometry), SVG answers (protocol `svg/...`) sanitised and drawn by resvg inside a worker at n x n
+    geometry), SVG answers (medium `svg`) sanitised and drawn by resvg inside a worker at n x n
     (stored) and at native 512 (written to RUN/svg_native/<key hash>.png)."""
     from bench.sandbox.job import Job
     from bench.svg.medium import NATIVE
 
-    jobs = [Job(answer_text(r), kind="svg", size=n, native=NATIVE) if r["protocol"].startswith("svg/")
+    jobs = [Job(answer_text(r), kind="svg", size=n, native=NATIVE) if r.get("medium") == "svg"
             else Job(answer_text(r), geometry=False) for r in batch]
     results = pool.run_jobs(jobs)
     for r, res in zip(batch, results):
@@ -146,7 +148,7 @@ def validity(rows: Iterable[dict[str, Any]], renders: dict[str, dict[str, Any]])
     table: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in rows:
         outcome = renders[row_key(r)]["outcome"]
-        t = table.setdefault((r["model"], r["task"], r["protocol"]), {"attempts": 0, "valid": 0, "outcomes": {}})
+        t = table.setdefault((r["model"], r["task"], AttemptKey.of(r).arm), {"attempts": 0, "valid": 0, "outcomes": {}})
         t["attempts"] += 1
         t["valid"] += outcome == "ok"
         t["outcomes"][outcome] = t["outcomes"].get(outcome, 0) + 1

@@ -15,6 +15,7 @@ summary is the mean occupancy of R per strength over valid renders, beside the u
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,13 +58,13 @@ def probe_direction(x: np.ndarray, y: np.ndarray, region: str, k: int, alpha: fl
     return g / n
 
 
-def chosen_hyperparameters(run: Path, model: str, layer: int, position: str, x: np.ndarray, y: np.ndarray,
+def chosen_hyperparameters(run: Path, model: str, task: str, layer: int, position: str, x: np.ndarray, y: np.ndarray,
                            seed: int) -> tuple[int, float]:
     path = run / "probes.jsonl"
     if path.exists():
         for r in read_rows(path):
-            if (r.get("model") == model and r.get("features") == "resid" and r.get("target") == "own"
-                    and r.get("layer") == layer and r.get("position") == position):
+            if (r.get("model") == model and r.get("task") == task and r.get("features") == "resid"
+                    and r.get("target") == "own" and r.get("layer") == layer and r.get("position") == position):
                 ks = [c["k"] for c in r["chosen"]]
                 alphas = [c["alpha"] for c in r["chosen"]]
                 return max(set(ks), key=ks.count), max(set(alphas), key=alphas.count)
@@ -75,15 +76,28 @@ def chosen_hyperparameters(run: Path, model: str, layer: int, position: str, x: 
     return max(set(ks), key=ks.count), max(set(alphas), key=alphas.count)
 
 
-def steer_stage(rt: Any, run: Path, layer: int, region: str = "left", strengths: tuple[float, ...] = (0.0, 0.25, 0.5),
-                position: str = "last", samples: int = 2, temperature: float = 0.7, max_new_tokens: int = 128,
-                seed: int = 0, limit: int | None = None, model: str | None = None,
+@dataclass(frozen=True)
+class SteerSettings:
+    """Steering along a probe direction (beyond the paper)."""
+
+    layer: int  #: the block whose resid_pre is steered and whose probe gives the direction
+    task: str = "layout"  #: probes, and so steering, are per task
+    region: str = "left"  #: half of the 6x6 grid whose predicted occupancy the direction raises
+    strengths: tuple[float, ...] = (0.0, 0.25, 0.5)  #: multiples of the layer's mean residual norm
+    position: str = "last"  #: token position of the probe's features
+    samples: int = 2  #: attempts per prompt and strength (sample 0 greedy), the same seeds at every strength
+    temperature: float = 0.7
+    max_new_tokens: int = 128
+    seed: int = 0
+    limit: int | None = None  #: only the first N prompts
+
+
+def steer_stage(rt: Any, run: Path, s: SteerSettings, model: str | None = None,
                 progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     from activations.store import ActivationStore
     from bench.sandbox.pool import SandboxPool
     from experiments.generation import answer_text
-    from experiments.intervention import protocol_from_label
-    from interp.prompts import items_by_id
+    from experiments.intervention import _items, protocol_from_label
     from experiments.render import background_of
     from interp.probes import occupancy
     from interp.prompts import build
@@ -91,45 +105,50 @@ def steer_stage(rt: Any, run: Path, layer: int, region: str = "left", strengths:
 
     model = model or rt.info.name
     with ActivationStore(run / "activations" / f"{safe_name(model)}.h5") as st:
-        protocol = st.meta["protocol"]
-        cons, _ = consensus(run, model, protocol, 1)
-        ids = [p for p in st.prompt_ids if p in cons]
+        protocol, medium = st.meta["protocol"], st.meta.get("medium", "v1")
+        cons, _ = consensus(run, model, s.task, protocol, medium, 1)
+        rowmap = st.rows_of(s.task)
+        ids = [p for p in rowmap if p in cons]
         if len(ids) < 4:
-            raise ValueError(f"only {len(ids)} prompts have targets: too few to fit a steering probe")
-        index = [st.prompt_ids.index(p) for p in ids]
-        x = st.layer(layer, position)[index].astype(np.float64)
+            raise ValueError(f"only {len(ids)} {s.task} prompts have targets: too few to fit a steering probe")
+        x = st.layer(s.layer, s.position)[[rowmap[p] for p in ids]].astype(np.float64)
     y = np.stack([cons[p]["own"] for p in ids])
-    k, alpha = chosen_hyperparameters(run, model, layer, position, x, y, seed)
+    k, alpha = chosen_hyperparameters(run, model, s.task, s.layer, s.position, x, y, s.seed)
     k = min(k, len(ids) - 1)
-    direction = probe_direction(x, y, region, k, alpha)
+    direction = probe_direction(x, y, s.region, k, alpha)
     norm = float(np.linalg.norm(x, axis=1).mean())
-    items = items_by_id()
-    proto = protocol_from_label(protocol)
-    prompts = ids[:limit] if limit else ids
-    hook_name = rt.hook_names([layer])[0]
+    item = _items(run)
+    proto = protocol_from_label(protocol, medium)
+    prompts = ids[: s.limit] if s.limit else ids
+    hook_name = rt.hook_names([s.layer])[0]
     path = run / STEERING
-    done = {(r["prompt_id"], r["sample"], r["strength"], r["region"], r["layer"]) for r in read_rows(path)}
-    mask = region_mask(region).reshape(6, 6)
+    done = {(r["model"], r["task"], r["prompt_id"], r["sample"], r["strength"], r["region"], r["layer"], r["position"])
+            for r in read_rows(path)}
+    mask = region_mask(s.region).reshape(6, 6)
     with SandboxPool(workers=None) as pool:
         for pid in prompts:
-            built = build(items[pid], proto, rt.tokenizer, chat=rt.info.chat)
-            for s in strengths:
-                todo = [j for j in range(samples) if (pid, j, s, region, layer) not in done]
+            built = build(item(s.task, pid), proto, rt.tokenizer, chat=rt.info.chat)
+            for strength in s.strengths:
+                todo = [j for j in range(s.samples)
+                        if (model, s.task, pid, j, strength, s.region, s.layer, s.position) not in done]
                 if not todo:
                     continue
-                seeds = [derive_seed(seed, model, pid, "steer", layer, region, j) for j in todo]  # same seeds for every strength
-                hooks = [(hook_name, add_direction(direction * s * norm))] if s else []
+                # the same seeds for every strength: the strength is the only difference between arms
+                seeds = [derive_seed(s.seed, model, s.task, protocol, medium, pid, "steer", s.layer, s.position, s.region, j)
+                         for j in todo]
+                hooks = [(hook_name, add_direction(direction * strength * norm))] if strength else []
                 gens = rt.generate([built.tokens] * len(todo),
-                                   [Sampling(0.0 if j == 0 else temperature, sd) for j, sd in zip(todo, seeds)],
-                                   StopRule(max_new_tokens=max_new_tokens, open_fence=built.open_fence), hooks=hooks)
+                                   [Sampling(0.0 if j == 0 else s.temperature, sd) for j, sd in zip(todo, seeds)],
+                                   StopRule(max_new_tokens=s.max_new_tokens, open_fence=built.open_fence), hooks=hooks)
                 texts = [answer_text({"prefix": built.opener, "text": g.text}) for g in gens]
                 results = pool.run(texts)
                 rows = []
                 for j, sd, g, res in zip(todo, seeds, gens, results):
                     occ = occupancy(res.pixels, background_of(res)) if res.valid else None
-                    rows.append({"model": model, "prompt_id": pid, "layer": layer, "position": position, "region": region,
-                                 "strength": s, "sample": j, "seed": sd, "k": int(k), "alpha": float(alpha),
-                                 "valid": bool(res.valid), "text": g.text,
+                    rows.append({"model": model, "task": s.task, "protocol": protocol, "medium": medium, "prompt_id": pid,
+                                 "layer": s.layer, "position": s.position, "region": s.region, "strength": strength,
+                                 "sample": j, "seed": sd, "k": int(k), "alpha": float(alpha), "valid": bool(res.valid),
+                                 "text": g.text,
                                  "region_occupancy": None if occ is None else round(float(occ[mask].mean()), 6),
                                  "other_occupancy": None if occ is None else round(float(occ[~mask].mean()), 6)})
                 append_rows(path, rows)
@@ -140,10 +159,14 @@ def steer_stage(rt: Any, run: Path, layer: int, region: str = "left", strengths:
 
 def summarise_steering(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    for key in sorted({(r["model"], r["layer"], r["region"], r["strength"]) for r in rows}):
-        sel = [r for r in rows if (r["model"], r["layer"], r["region"], r["strength"]) == key]
+    def key_of(r: dict[str, Any]) -> tuple:
+        return (r["model"], r.get("task", "layout"), r["layer"], r.get("position", "last"), r["region"], r["strength"])
+
+    for key in sorted({key_of(r) for r in rows}):
+        sel = [r for r in rows if key_of(r) == key]
         valid = [r for r in sel if r["valid"]]
-        out.append({"model": key[0], "layer": key[1], "region": key[2], "strength": key[3], "attempts": len(sel),
+        out.append({"model": key[0], "task": key[1], "layer": key[2], "position": key[3], "region": key[4],
+                    "strength": key[5], "attempts": len(sel),
                     "valid": len(valid),
                     "region_occupancy": float(np.mean([r["region_occupancy"] for r in valid])) if valid else None,
                     "other_occupancy": float(np.mean([r["other_occupancy"] for r in valid])) if valid else None})

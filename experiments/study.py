@@ -24,19 +24,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 from experiments.generation import GENERATIONS, GenerateSettings, append_rows, read_rows, record_config, safe_name
+from experiments.rundir import AttemptKey
 
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": {
         "models": ["smollm2-135m-instruct"], "translation_prompts": 20, "layout_per_subcategory": 1, "samples": 2,
-        "temperature": 0.7, "max_new_tokens": 128, "protocol": "few-shot", "shots": 2, "svg": False, "batch_size": 8,
-        "min_attempts": 1, "n_perm": 5, "n_boot": 500, "continuations": 3, "intervene_cuts": 6, "intervene_tokens": 64,
-        "patch_layer_step": 6, "patch_cuts": 2, "patch_continuations": 2,
+        "translation_samples": 2, "temperature": 0.7, "max_new_tokens": 128, "protocol": "few-shot", "shots": 2,
+        "svg": False, "batch_size": 8, "min_attempts": 1, "n_perm": 999, "n_perm_layers": 49, "n_boot": 2000,
+        "continuations": 3, "intervene_cuts": 6, "intervene_tokens": 64, "patch_layer_step": 6, "patch_cuts": 2,
+        "patch_continuations": 2,
     },
     "paper": {
         "models": ["smollm2-135m-instruct"], "translation_prompts": 145, "layout_per_subcategory": 10, "samples": 10,
-        "temperature": 0.7, "max_new_tokens": 512, "protocol": "auto", "shots": 2, "svg": True, "batch_size": 16,
-        "min_attempts": 3, "n_perm": 100, "n_boot": 2000, "continuations": 9, "intervene_cuts": 0, "intervene_tokens": 128,
-        "patch_layer_step": 1, "patch_cuts": 20, "patch_continuations": 9,
+        "translation_samples": 11, "temperature": 0.7, "max_new_tokens": 512, "protocol": "auto", "shots": 2,
+        "svg": True, "batch_size": 16, "min_attempts": 1, "n_perm": 2500, "n_perm_layers": 100, "n_boot": 10_000,
+        "continuations": 9, "intervene_cuts": 0, "intervene_tokens": 128, "patch_layer_step": 1, "patch_cuts": 20,
+        "patch_continuations": 9,
     },
 }
 
@@ -47,7 +50,8 @@ class StudyConfig:
     models: tuple[str, ...] = ("smollm2-135m-instruct",)
     translation_prompts: int = 20
     layout_per_subcategory: int = 1
-    samples: int = 2
+    samples: int = 2  #: sampled layout attempts per prompt besides the greedy one (paper: 10)
+    translation_samples: int = 2  #: sampled translation attempts per reference besides the greedy one (paper: 11)
     temperature: float = 0.7
     max_new_tokens: int = 128
     protocol: str = "few-shot"
@@ -55,8 +59,9 @@ class StudyConfig:
     svg: bool = False
     batch_size: int = 8
     min_attempts: int = 1
-    n_perm: int = 5
-    n_boot: int = 500
+    n_perm: int = 999
+    n_perm_layers: int = 49
+    n_boot: int = 2000
     continuations: int = 3
     intervene_cuts: int = 6  #: 0 = every cut
     intervene_tokens: int = 64
@@ -112,8 +117,9 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _settings(c: StudyConfig, output: str = "canvas") -> GenerateSettings:
-    return GenerateSettings(c.samples, c.temperature, c.seed, c.max_new_tokens, c.batch_size, c.protocol, c.shots, output)
+def _settings(c: StudyConfig, task: str, output: str = "canvas") -> GenerateSettings:
+    samples = c.translation_samples if task == "translation" else c.samples
+    return GenerateSettings(samples, c.temperature, c.seed, c.max_new_tokens, c.batch_size, c.protocol, c.shots, output)
 
 
 def _bar(total: int | None, desc: str, unit: str) -> Any:
@@ -126,7 +132,7 @@ def _bar(total: int | None, desc: str, unit: str) -> Any:
 def run_study(c: StudyConfig, out: Path, shard: tuple[int, int] | None = None,
               say: Callable[[str], None] = print) -> dict[str, Any]:
     from experiments.generation import capture_stage, generate_stage
-    from experiments.intervention import intervene_stage, patch_stage
+    from experiments.intervention import InterveneSettings, PatchSettings, intervene_stage, patch_stage
     from interp.prompts import Protocol
     from interp.runtime import Runtime, describe
 
@@ -147,10 +153,11 @@ def run_study(c: StudyConfig, out: Path, shard: tuple[int, int] | None = None,
             for task in ("translation", "layout"):
                 if output == "svg" and task == "translation":
                     continue
-                total = len(sets[task]) * (c.samples + 1)
-                say(f"[model {m}] generate {task} ({output}): {len(sets[task])} prompts x {c.samples + 1} attempts")
+                gs = _settings(c, task, output)
+                total = len(sets[task]) * (gs.samples + 1)
+                say(f"[model {m}] generate {task} ({output}): {len(sets[task])} prompts x {gs.samples + 1} attempts")
                 with _bar(total, f"generate {task} ({output})", "attempt") as bar:
-                    generate_stage(rt, sets[task], out, _settings(c, output), model=m, shard=shard,
+                    generate_stage(rt, sets[task], out, gs, model=m, shard=shard,
                                    progress=lambda n, toks, bar=bar: bar.update(n))
         proto = Protocol(c.protocol, c.shots)
         say(f"[model {m}] capture the residual stream ({rt.info.n_layers + 1} sites x 3 positions)")
@@ -158,16 +165,21 @@ def run_study(c: StudyConfig, out: Path, shard: tuple[int, int] | None = None,
             capture_stage(rt, sets["translation"] + sets["layout"], out, proto, batch_size=c.batch_size, model=m, shard=shard,
                           progress=bar.update)
         if shard is None:
-            say(f"[model {m}] interventions: {c.continuations} continuations per arm")
+            say(f"[model {m}] interventions (layout): {c.continuations} continuations per arm")
             with _bar(c.intervene_cuts or None, "interventions", "cut") as bar:
-                intervene_stage(rt, out, m, continuations=c.continuations, temperature=c.temperature,
-                                max_new_tokens=c.intervene_tokens, seed=c.seed, limit=c.intervene_cuts or None,
-                                progress=bar.update)
-            layers = list(range(0, rt.info.n_layers, max(1, c.patch_layer_step)))
-            say(f"[model {m}] activation patching at layers {layers}")
+                counts = intervene_stage(rt, out, m, InterveneSettings(
+                    task="layout", continuations=c.continuations, temperature=c.temperature,
+                    max_new_tokens=c.intervene_tokens, seed=c.seed, limit=c.intervene_cuts or None), progress=bar.update)
+            say(f"[model {m}] interventions: {counts['cuts']} cuts, {counts['continuations']} continuations written, "
+                f"splices byte-identical {counts['splices_byte_identical']}, excluded {counts['excluded']}")
+            layers = tuple(range(0, rt.info.n_layers, max(1, c.patch_layer_step)))
+            say(f"[model {m}] activation patching at layers {list(layers)}")
             with _bar(None, "patching", "layer") as bar:
-                patch_stage(rt, out, m, layers=layers, continuations=c.patch_continuations, temperature=c.temperature,
-                            max_new_tokens=c.intervene_tokens, seed=c.seed, limit=c.patch_cuts or None, progress=bar.update)
+                pc = patch_stage(rt, out, m, PatchSettings(
+                    task="layout", layers=layers, continuations=c.patch_continuations, temperature=c.temperature,
+                    max_new_tokens=c.intervene_tokens, seed=c.seed, limit=c.patch_cuts or None), progress=bar.update)
+            say(f"[model {m}] patching: {pc['rows']} rows over {pc['cuts']} cuts "
+                f"({pc['cuts_with_unequal_token_counts']} cuts skipped: unequal token counts)")
         del rt
     if shard is not None:
         say(f"shard {shard[0]}/{shard[1]} done: merge the shards with `ambench merge`, then rerun `ambench run` on the merge")
@@ -205,14 +217,17 @@ def finish(c: StudyConfig, out: Path, sets: dict[str, list[Any]], say: Callable[
     summary["layout"] = [t for t in tiers if t["tier"] == "all"]
     say("probes")
     try:
-        probe_stage(out, None, ProbeSettings(min_attempts=c.min_attempts, n_perm=c.n_perm, n_boot=c.n_boot, seed=c.seed),
+        probe_stage(out, None, ProbeSettings(min_attempts=c.min_attempts, n_perm=c.n_perm, n_perm_layers=c.n_perm_layers,
+                                             n_boot=c.n_boot, seed=c.seed),
                     progress=lambda m: say("  " + m))
     except ProbeError as e:
         say(f"  probes skipped: {e}")
     from experiments.intervention import summarise_interventions
 
     say("intervention tables")
-    summarise_interventions(out, c.seed)
+    it = summarise_interventions(out, c.seed)
+    if it:
+        summary["interventions"] = it["counts"]
     if c.judge_url and c.judge_model:
         from bench.layout.judge import OpenAIJudge
         from experiments.judging import judge_stage
@@ -296,10 +311,10 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
     rows = {}
     for s in shards:
         for r in read_rows(s / GENERATIONS):
-            rows[(r["model"], r["task"], r["protocol"], r["prompt_id"], r["sample"])] = r
+            rows[AttemptKey.of(r)] = r
 
     def key(r: dict[str, Any]) -> tuple:
-        svg = r["protocol"].startswith("svg/")
+        svg = r.get("medium") == "svg"
         return (order_m.get(r["model"], 99), svg, 0 if r["task"] == "translation" else 1,
                 prompt_index.get((r["task"], r["prompt_id"]), 10**6), r["sample"])
 
@@ -307,6 +322,10 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
     if (out / GENERATIONS).exists():
         (out / GENERATIONS).unlink()
     append_rows(out / GENERATIONS, merged)
+    from experiments.generation import record_prompts, run_prompts
+
+    for s in shards:
+        record_prompts(out, list(run_prompts(s).values()))
     # activations: every prompt once, in the unsharded batch order
     n_acts = 0
     for m in c.models:
@@ -319,9 +338,9 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
         meta = {k: v for k, v in meta.items() if k != "store_dtype"}
         by_id = {}
         for st in stores:
-            for i, pid in enumerate(st.prompt_ids):
-                by_id[pid] = (st, i)
-        ids = [it.id for it in sets["translation"] + sets["layout"] if it.id in by_id]
+            for i, (task, pid) in enumerate(zip(st.tasks, st.prompt_ids)):
+                by_id[(task, pid)] = (st, i)
+        ids = [(it.task, it.id) for it in sets["translation"] + sets["layout"] if (it.task, it.id) in by_id]
         _, n_sites, n_pos, d = stores[0].shape
         target = out / "activations" / f"{safe_name(m)}.h5"
         if target.exists():
@@ -331,7 +350,7 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
                 batch = ids[i: i + c.batch_size]
                 resid = np.stack([by_id[p][0].f["resid"][by_id[p][1]] for p in batch])
                 pos = np.stack([by_id[p][0].token_positions[by_id[p][1]] for p in batch])
-                w.append(batch, resid, pos)
+                w.append([p for _, p in batch], resid, pos, [t for t, _ in batch])
                 n_acts += len(batch)
         for st in stores:
             st.close()

@@ -169,8 +169,14 @@ class Protocol:
 
     @property
     def label(self) -> str:
-        base = self.name if self.name == "zero-shot" else f"{self.name}-{self.shots}"
-        return base if self.output == "canvas" else f"{self.output}/{base}"
+        """The protocol as recorded in rows: `zero-shot`, `few-shot-2`, `completion-0` (the output
+        medium is a separate field, see `medium_name`)."""
+        return self.name if self.name == "zero-shot" else f"{self.name}-{self.shots}"
+
+    @property
+    def medium_name(self) -> str:
+        """What the model writes, as recorded in rows: the canvas medium's name (`v1`, ...) or `svg`."""
+        return self.medium.name if self.output == "canvas" else self.output
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,7 @@ class BuiltPrompt:
     positions: dict[str, int]
     open_fence: bool  #: the prompt ends inside a code fence (the first ``` the model writes closes it)
     opener: str = ""  #: the fence line the prompt ends with (prepend it to the answer to read the program)
+    medium: str = "v1"  #: what the model is asked to write: a canvas medium's name or "svg"
 
 
 def build_text(item: PromptItem, protocol: Protocol, tokenizer: Any) -> tuple[str, int, int, bool]:
@@ -242,7 +249,7 @@ def build(item: PromptItem, protocol: Protocol, tokenizer: Any, chat: bool | Non
         "last": len(ids) - 1,
     }
     opener = f"```{LANG[proto.output]}\n" if open_fence else ""
-    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence, opener)
+    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence, opener, proto.medium_name)
 
 
 # --------------------------------------------------------------------------- prompt files
@@ -255,7 +262,7 @@ def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
         raise PromptError(f"prompt file {p} does not exist")
     items: list[PromptItem] = []
     seen: set[str] = set()
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(p.read_text(encoding="utf-8").split("\n"), 1):  # not splitlines: U+2028 in JSON strings
         if not line.strip():
             continue
         try:

@@ -43,9 +43,9 @@ def test_import_alpha_and_judge_agreement(run, tmp_path):
     scores = []
     for p in meta["pairs"]:
         for side in ("left", "right"):
-            m, _, proto, pid, sample = json.loads(p[side])
-            scores.append({"judge": "j", "model": m, "protocol": proto, "prompt_id": pid, "sample": sample,
-                           "overall": 4.0 if proto == "zero-shot" else 2.0})
+            m, task, proto, medium, pid, sample = json.loads(p[side])
+            scores.append({"judge": "j", "model": m, "task": task, "protocol": proto, "medium": medium, "prompt_id": pid,
+                           "sample": sample, "overall": 4.0 if proto == "zero-shot" else 2.0})
     with open(run / "judge_scores.jsonl", "w") as f:
         f.writelines(json.dumps(s) + "\n" for s in scores)
     truth = {p["pair"]: ("left" if json.loads(p["left"])[2] == "zero-shot" else "right") for p in meta["pairs"]}

@@ -104,13 +104,13 @@ def test_svg_attempts_render_and_compare_with_canvas(tmp_path):
     rows = []
     for i, pid in enumerate(["1A-00", "1A-01", "2A-00"]):
         rows.append(_row(pid, 0, "fill('white')"))  # canvas: trivial
-        s = dict(_row(pid, 0, "```svg\n" + svg + "\n```"), protocol="svg/zero-shot")
+        s = dict(_row(pid, 0, "```svg\n" + svg + "\n```"), medium="svg")
         rows.append(s)
-    rows.append(dict(_row("2A-01", 0, "<svg xmlns='http://www.w3.org/2000/svg'><script/></svg>"), protocol="svg/zero-shot"))
+    rows.append(dict(_row("2A-01", 0, "<svg xmlns='http://www.w3.org/2000/svg'><script/></svg>"), medium="svg"))
     append_rows(tmp_path / GENERATIONS, rows)
     render_stage(tmp_path, workers=1)
     r = read_renders(tmp_path)
-    svg_rows = {k: v for k, v in r.items() if "svg/" in k}
+    svg_rows = {k: v for k, v in r.items() if json.loads(k)[3] == "svg"}
     assert sum(v["outcome"] == "ok" for v in svg_rows.values()) == 3
     assert any("script" in v["reason"] for v in svg_rows.values())
     assert len(list((tmp_path / "svg_native").glob("*.png"))) == 3
@@ -129,6 +129,6 @@ def test_svg_protocol_prompts(tmp_path):
     tok = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "t"))
     item = PromptItem("x", "layout", "Draw a cat.", "a cat")
     b = build(item, Protocol("few-shot", 2, output="svg"), tok)
-    assert b.protocol == "svg/few-shot-2" and "SVG image of 512x512" in b.text and "```svg\n<svg" in b.text and "fill(" not in b.text
+    assert (b.protocol, b.medium) == ("few-shot-2", "svg") and "SVG image of 512x512" in b.text and "```svg\n<svg" in b.text and "fill(" not in b.text
     c = build(item, Protocol("completion", 0, output="svg"), tok)
-    assert c.opener == "```svg\n" and c.protocol == "svg/completion-0"
+    assert c.opener == "```svg\n" and (c.protocol, c.medium) == ("completion-0", "svg")

@@ -169,7 +169,7 @@ def test_presets_and_the_svg_arm(model, tmp_path):
     from experiments.render import read_renders
 
     rows = read_rows(out / "generations.jsonl")
-    svg_rows = [r for r in rows if r["protocol"].startswith("svg/")]
+    svg_rows = [r for r in rows if r["medium"] == "svg"]
     assert len(svg_rows) == 15 * 2 and all(r["task"] == "layout" for r in svg_rows)
     renders = read_renders(out)
     assert len(renders) == len(rows) and (out / "report" / "index.html").is_file()

@@ -61,6 +61,8 @@ class Statement:
     literals: list[Literal] = field(default_factory=list)
     args: list[Any] = field(default_factory=list)  #: literal values of all arguments (None when not a literal)
     spliceable: bool = False
+    comment: bool = False  #: a comment follows the call on its line (it stays byte-identical when the call moves)
+    code_after: bool = False  #: the program has more code after this statement's line (set by `statements`)
 
 
 def code_region(text: str) -> tuple[int, int]:
@@ -73,10 +75,13 @@ def code_region(text: str) -> tuple[int, int]:
 
 
 def _offsets(code: str) -> list[int]:
+    """Start offset of each line as `tokenize` counts lines: split at "\n" only. (`str.splitlines` also
+    splits at form feeds, U+2028 and other separators that Python source treats as ordinary characters,
+    which once shifted every later offset and made the splice check fail.)"""
     starts, pos = [], 0
-    for line in code.splitlines(keepends=True):
+    for line in code.split("\n"):
         starts.append(pos)
-        pos += len(line)
+        pos += len(line) + 1
     starts.append(pos)
     return starts
 
@@ -96,6 +101,11 @@ def statements(text: str) -> list[Statement]:
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass  # a truncated program: keep the tokens read so far
     out: list[Statement] = []
+    last_code_line = 0  # the last line that holds a token of code (not a comment or blank)
+    for t in toks:
+        if t.type not in (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                          tokenize.ENDMARKER):
+            last_code_line = max(last_code_line, t.end[0])
     i = 0
     at_line_start = True
     depth_indent = 0
@@ -116,6 +126,9 @@ def statements(text: str) -> list[Statement]:
                 and i + 1 < len(toks) and toks[i + 1].string == "(":
             stmt, i = _parse_call(toks, i, off, text)
             if stmt is not None:
+                close_line = toks[i - 1].end[0]
+                stmt.comment = any(t.type == tokenize.COMMENT and t.start[0] == close_line for t in toks[i: i + 3])
+                stmt.code_after = last_code_line > close_line
                 out.append(stmt)
             at_line_start = False
             continue

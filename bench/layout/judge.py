@@ -191,7 +191,7 @@ class VerdictCache:
         self.path = Path(path)
         self.entries: dict[str, dict[str, Any]] = {}
         if self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
+            for line in self.path.read_text(encoding="utf-8").split("\n"):  # not splitlines: U+2028 in JSON strings
                 try:
                     row = json.loads(line)
                     self.entries[row["key"]] = row

@@ -91,3 +91,22 @@ def test_continuation_classification():
     assert not continued_drawing("# done\n```\nrect(1, 1, 1, 1, 'red')")
     assert not continued_drawing("print('rect(1, 2)')")  # a string is not a call
     assert count_primitive_calls("rect(1, 2, 3, 4, 'red')\nline(0, 0, 1, 1, 'b'") == 2
+
+
+@pytest.mark.parametrize("sep", ["\x0c", "\u2028", "\u2029", "\x0b", "\x1c", "\x85"])
+def test_line_separators_inside_the_program_keep_offsets_right(sep):
+    """str.splitlines splits at these characters but Python source does not: the offsets once shifted and
+    every later splice failed its identity check (aborting the stage)."""
+    text = f"```python\nfill('white')  # sky{sep}ground\nrect(2, 3, 4, 5, 'red')  # box\n```"
+    s = [x for x in statements(text) if x.spliceable][0]
+    assert text[s.start:s.end] == "rect(2, 3, 4, 5, 'red')" and s.comment and not s.code_after
+    out = move(text, s, 1, 1)
+    assert "rect(3, 4, 4, 5, 'red')  # box" in out and strip_digits(out) == strip_digits(text)
+
+
+def test_comment_and_code_after_flags():
+    text = "```python\nfill('white')\nrect(2, 3, 4, 5, 'red')\n# done\nfor i in range(2):\n    set_pixel(i, i, 'red')\n```"
+    s = statements(text)
+    assert [(x.name, x.comment, x.code_after) for x in s] == [("fill", False, True), ("rect", False, True)]
+    text = "```python\nfill('white')\nrect(2, 3, 4, 5, 'red')  # last\n# a closing remark\n```"
+    assert [(x.comment, x.code_after) for x in statements(text)] == [(False, True), (True, False)]

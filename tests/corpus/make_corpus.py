@@ -47,7 +47,8 @@ hostile = [
     ("class_metaclass", "class M(type):\n    pass\nclass A(metaclass=M):\n    pass", "forbidden"),
     ("class_plain", "class A:\n    x = 1", "forbidden"),
     ("object_builtin", "o = object()", "forbidden"),
-    ("private_name", "_secret = 1", "forbidden"),
+    ("private_name", "__secret = 1", "forbidden"),
+    ("reserved_name", "_ambench_tick = lambda: True\nwhile True:\n    pass", "forbidden"),
     ("private_attr", "x = [1]\nx._y", "forbidden"),
     # frames and generators
     ("gen_frame", "g = (i for i in [1])\nf = g.gi_frame.f_back", "forbidden"),
@@ -118,6 +119,7 @@ hostile = [
 ]
 
 benign = [
+    ("underscore_names", "fill('white')\n_dot = lambda r, c: set_pixel(r, c, 'red')\nfor _ in range(3):\n    r, _ = 2 * _, 0\n    _dot(r, 5)"),
     ("plain", "fill('white')\nrect(2, 3, 4, 5, 'red')"),
     ("fenced", "Here is the program:\n```python\nfill('black')\ncircle(12, 12, 6, 'yellow')\n```\nIt draws a sun."),
     ("fenced_py", "```py\nfill('sky_blue')\nrect(18, 0, 6, 24, 'green')\n```"),

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from activations.store import ActivationStore
+from experiments.rundir import AttemptKey
 from experiments.generation import (GENERATIONS, GenerateSettings, RunError, attempt_seed, capture_stage, generate_stage,
                                     read_rows, regenerate)
 from interp.prompts import PromptItem, Protocol
@@ -23,11 +24,11 @@ def test_rows_seeds_and_counts(tiny, tmp_path):
     rows = read_rows(tmp_path / GENERATIONS)
     assert [(r["prompt_id"], r["sample"]) for r in rows] == [(i.id, k) for i in ITEMS for k in range(3)]
     for r in rows:
-        assert r["seed"] == attempt_seed(7, "tiny", "layout", "zero-shot", r["prompt_id"], r["sample"])
+        assert r["seed"] == attempt_seed(7, AttemptKey("tiny", "layout", "zero-shot", "v1", r["prompt_id"], r["sample"]))
         assert r["temperature"] == (0.0 if r["sample"] == 0 else 1.0)
         assert len(r["entropy"]) == r["n_tokens"] <= 10 and r["stop"]
     config = json.loads((tmp_path / "config.json").read_text())
-    assert config["stages"]["generate/tiny/layout/zero-shot"]["settings"]["seed"] == 7
+    assert config["stages"]["generate/tiny/layout/v1/zero-shot"]["settings"]["seed"] == 7
     assert generate_stage(tiny, ITEMS, tmp_path, S, model="tiny") == {"attempts": 9, "written": 0, "skipped": 9}
 
 
