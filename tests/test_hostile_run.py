@@ -27,7 +27,8 @@ FIRST = ["poison_surrogate", "poison_nul", "poison_surrogate_pair", "comb_1000_i
 EXTRA = ["for i in range(12):\n    y = sorted(list(range(300000)), reverse=True)\nfill('red')",
          "x = [[i] * 100 for i in range(200000)]\nfill('red')",
          "s = 'a' * 1000000\nparts = [s] * 384\nt = ''.join(parts)\nfill('red')"]
-ARGS = ["--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "3", "--max-new-tokens", "12", "--svg"]
+ARGS = ["--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "3", "--translation-samples", "3",
+        "--max-new-tokens", "12", "--svg"]
 
 
 class StandIn:
@@ -47,23 +48,23 @@ class StandIn:
 
 
 def write_generations(model: Path, out: Path) -> dict[str, list[str]]:
-    from experiments.generation import GenerateSettings, generate_stage
-    from experiments.study import StudyConfig, prompt_sets
+    from experiments.generation import generate_stage
+    from experiments.study import StudyConfig, _settings, prompt_sets
     from interp.runtime import Runtime
 
     c = StudyConfig.from_preset("quick", models=(str(model),), translation_prompts=3, layout_per_subcategory=1, samples=3,
-                                max_new_tokens=12, svg=True)
+                                translation_samples=3, max_new_tokens=12, svg=True)
     sets = prompt_sets(c)
     rt = StandIn(Runtime.load(str(model)))
     by_id = {h["id"]: h["text"] for h in CANVAS}
     canvas = [by_id[i] for i in FIRST] + EXTRA + [h["text"] for h in CANVAS if h["id"] not in FIRST]
     used: dict[str, list[str]] = {"canvas": [], "svg": []}
     for output, texts in (("canvas", canvas), ("svg", [h["text"] for h in SVG])):
-        s = GenerateSettings(c.samples, c.temperature, c.seed, c.max_new_tokens, c.batch_size, c.protocol, c.shots, output)
         for task in ("translation", "layout"):
             if output == "svg" and task == "translation":
                 continue
-            n = len(sets[task]) * (c.samples + 1)
+            s = _settings(c, task, output)  # exactly the settings `ambench run` gives this stage
+            n = len(sets[task]) * (s.samples + 1)
             rt.queue = list(texts[: n])
             texts = texts[n:]
             used[output] += rt.queue
