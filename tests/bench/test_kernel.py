@@ -15,6 +15,13 @@ from bench.sandbox.kernel import Hardening, landlock_abi
 from bench.sandbox.pool import SandboxPool
 
 ABI = landlock_abi()
+try:
+    import pyseccomp  # noqa: F401  (finds the system's libseccomp on import)
+
+    SECCOMP = True
+except (ImportError, RuntimeError):
+    SECCOMP = False
+needs_seccomp = pytest.mark.skipif(not SECCOMP, reason="libseccomp is not installed (apt-get install libseccomp2)")
 CONFIGS = {
     "kernel": Hardening(python_layers=False),
     "seccomp-only": Hardening(python_layers=False, landlock=False),
@@ -113,6 +120,7 @@ def pools():
         p.close()
 
 
+@needs_seccomp
 @pytest.mark.parametrize("escape", sorted(STOPPED_BY))
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_escape_with_python_layers_off(pools, tmp_path, config, escape):
@@ -137,6 +145,7 @@ def test_the_kernel_layer_alone_covers_every_escape_here():
     assert uncovered == ([] if ABI >= 1 else ["read_secret"])  # without Landlock, reads are not confined
 
 
+@needs_seccomp
 def test_kernel_report_and_python_layers_on_by_default():
     with SandboxPool(workers=1) as pool:
         report = pool.kernel_report()
@@ -159,3 +168,16 @@ def test_a_compromised_worker_cannot_hurt_the_host(tmp_path):
         results = pool.run(programs + ["fill('red')"])
     assert [r.outcome for r in results] == ["crash"] * 4 + ["ok"], [r.reason for r in results]
     assert "SIGSEGV" in results[2].reason and "SIGABRT" in results[3].reason
+
+
+def test_missing_landlock_is_a_logged_fallback(monkeypatch, caplog):
+    from bench.sandbox import kernel
+
+    monkeypatch.setattr(kernel, "landlock_abi", lambda: 0)
+    status, roots = kernel._install_landlock(["/usr"])  # returns before any restriction when there is no ABI
+    assert status.startswith("unavailable") and roots == []
+    pool = SandboxPool(workers=1)
+    with caplog.at_level("WARNING", logger="ambench.sandbox"):
+        pool._greeting(b'{"seccomp": "on", "landlock": "unavailable: the kernel offers no Landlock", "capabilities": "dropped"}')
+    assert pool.kernel["landlock"].startswith("unavailable")
+    assert "without landlock" in caplog.text
