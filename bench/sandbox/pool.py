@@ -44,6 +44,8 @@ class _Worker:
     conn: Connection
     batch: deque = field(default_factory=deque)  #: indices sent and not yet answered, in order
     started: float = 0.0  #: when the attempt at the head of `batch` started
+    err: int = -1  #: read end of the worker's stderr (non-blocking)
+    tail: bytes = b""  #: what it wrote there since its last answer (bounded), read when it dies
 
 
 class SandboxPool:
@@ -80,14 +82,30 @@ class SandboxPool:
         # caller's script is not re-imported the way multiprocessing's spawn does.
         parent_sock, child_sock = socket.socketpair()
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        # stderr comes back through a pipe the pool drains: a worker's last words say why it died (a Rust
+        # "memory allocation ... failed" before SIGABRT is `memory`, not `crash`), and never fill a terminal
+        err_r, err_w = os.pipe()
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench.sandbox.worker", str(child_sock.fileno())],
-            pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, env=env, close_fds=True,
+            pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, stderr=err_w, env=env, close_fds=True,
         )
         child_sock.close()
+        os.close(err_w)
+        os.set_blocking(err_r, False)
         conn = Connection(parent_sock.detach())
         conn.send((self.medium, self.limits, self.hardening))
-        return _Worker(proc, conn, started=time.monotonic())
+        return _Worker(proc, conn, started=time.monotonic(), err=err_r)
+
+    @staticmethod
+    def _drain(w: _Worker) -> None:
+        while True:
+            try:
+                chunk = os.read(w.err, 65_536)
+            except (BlockingIOError, OSError):
+                return
+            if not chunk:
+                return
+            w.tail = (w.tail + chunk)[-_TAIL:]
 
     def _ensure(self) -> None:
         while len(self._workers) < self.n_workers:
@@ -102,10 +120,11 @@ class SandboxPool:
             w.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
-        try:
-            w.conn.close()
-        except OSError:
-            pass
+        for close in (w.conn.close, lambda: os.close(w.err)):
+            try:
+                close()
+            except OSError:
+                pass
 
     def close(self) -> None:
         for w in self._workers:
@@ -118,10 +137,11 @@ class SandboxPool:
                 w.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 self._kill(w)
-            try:
-                w.conn.close()
-            except OSError:
-                pass
+            for close in (w.conn.close, lambda: os.close(w.err)):
+                try:
+                    close()
+                except OSError:
+                    pass
         self._workers = []
 
     def kernel_report(self) -> dict[str, Any]:
@@ -186,6 +206,7 @@ class SandboxPool:
                         if not w.batch or index != w.batch[0]:
                             return "broken: the worker answered out of order"
                         w.batch.popleft()
+                        w.tail = b""
                         finish(index, boundary.decode(msg[9:], "svg" if jobs[index].kind == "svg" else self.medium.name))
                         w.started = time.monotonic()
                     elif kind == b"C":
@@ -218,6 +239,7 @@ class SandboxPool:
             ready = wait([w.conn for w in busy], timeout=0.1)
             now = time.monotonic()
             for k, w in enumerate(list(self._workers)):
+                self._drain(w)
                 if not w.batch:
                     if queue:
                         send(w)
@@ -238,7 +260,8 @@ class SandboxPool:
                     if state == "recycle" or not w.batch:
                         replace(k, w, None, "")
                         continue
-                    outcome, reason = _death(w.proc.returncode or 0)
+                    self._drain(w)
+                    outcome, reason = _death(w.proc.returncode or 0, w.tail)
                     replace(k, w, outcome, reason)
                     continue
                 if w.batch and now - w.started > wall:
@@ -261,19 +284,30 @@ class SandboxPool:
                     log.warning("sandbox workers run without %s: %s", layer, report.get(layer))
 
 
-def _death(exitcode: int) -> tuple[str, str]:
+_TAIL = 4096
+#: what allocators print just before they abort when the address-space limit refuses them memory
+_OUT_OF_MEMORY = (b"memory allocation of", b"std::bad_alloc", b"MemoryError", b"Cannot allocate memory")
+
+
+def _death(exitcode: int, tail: bytes = b"") -> tuple[str, str]:
+    """Outcome and reason of an attempt whose worker died with `exitcode`, given its last stderr bytes."""
     sig = -exitcode if exitcode < 0 else 0
     if sig == signal.SIGXCPU:
         return "timeout", "CPU limit reached inside a builtin (the CPU-time backstop killed the worker)"
     if sig == signal.SIGKILL:
         return "memory", "worker killed (out of memory)"
+    lines = [line.strip() for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
+    oom = [line for line in lines if any(m.decode() in line for m in _OUT_OF_MEMORY)]
+    said = f": {boundary.clean_text((oom or lines)[-1], 160, one_line=True)}" if lines else ""
+    if sig == signal.SIGABRT and oom:
+        return "memory", f"worker aborted out of memory{said}"
     if sig:
         try:
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
-        return "crash", f"worker crashed ({name})"
-    return "crash", f"worker exited with status {exitcode}"
+        return "crash", f"worker crashed ({name}){said}"
+    return "crash", f"worker exited with status {exitcode}{said}"
 
 
 def run_programs(texts: Iterable[str], medium: Medium = V1, limits: Limits | None = None, workers: int | None = None) -> list[ExecResult]:

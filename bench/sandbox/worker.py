@@ -200,17 +200,12 @@ def serve(conn: Any) -> None:
     except OSError:  # pragma: no cover
         pass
     _warm_imports()
-    devnull_w = os.open(os.devnull, os.O_WRONLY)  # opened before the kernel layer forbids it
     state = _State(medium, limits, hardening)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     report = install(hardening, read_roots())
     sys.setrecursionlimit(1000)
     _warm_up(state)
-    try:  # a renderer panic prints a Rust backtrace; the attempt's reason says it, the terminal needn't
-        os.dup2(devnull_w, 2)
-    except OSError:  # pragma: no cover
-        pass
     state.base = state.address_space()
     # hard ceilings the worker cannot raise again once its capabilities are gone
     state.hard_as = state.base + (limits.memory_mb + RECYCLE_SLACK_MB) * _MB

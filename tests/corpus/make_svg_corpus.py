@@ -124,6 +124,9 @@ hostile = [
      'height="1000000" stroke="black" stroke-width="1000000"/></svg>', "crash"),
     ("dash_bomb", doc("".join(f'<circle cx="256" cy="256" r="{r}" fill="none" stroke="black" stroke-dasharray="0.001"/>'
                               for r in range(10, 250, 5))), "timeout"),
+    ("pattern_tile_memory", doc('<pattern id="p" width="100000" height="100000" patternUnits="userSpaceOnUse" '
+                                'patternTransform="scale(100)"><rect width="10" height="10"/></pattern><rect width="512" height="512" '
+                                'fill="url(#p)"/>'), "memory"),
     # neutralised rather than refused: never rendered by anyone, so stripped
     ("xinclude", doc('<xi:include xmlns:xi="http://www.w3.org/2001/XInclude" href="file:///etc/passwd" parse="text"/>' + BG), "ok"),
     # within the bounds: the worker's limits decide, and the pool goes on
