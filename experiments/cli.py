@@ -71,20 +71,36 @@ def render(
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the raster as a PNG here."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object describing the result."),
     scale: int = typer.Option(16, "--scale", min=1, max=64, help="PNG pixels per canvas pixel."),
-    medium_name: str = typer.Option("v1", "--medium", help="Canvas medium: v1, v1@48, v1-48, outline."),
+    medium_name: str = typer.Option("auto", "--medium",
+                                    help="auto (svg when the text holds an <svg> document, else v1), v1, v1@48, v1-48, outline or svg."),
 ) -> None:
-    """Run model text in the sandbox and render it. An invalid program is a result (exit 0), not an error."""
-    from bench.canvas.medium import get_medium
+    """Run model text in the sandbox and render it: a canvas program, or an SVG answer (sanitised and
+    drawn inside the same sandbox). An invalid answer is a result (exit 0), not an error."""
+    from bench.canvas.medium import V1, get_medium
     from bench.canvas.png import save_png
+    from bench.sandbox.job import Job
     from bench.sandbox.pool import SandboxPool
 
-    try:
-        medium = get_medium(medium_name)
-    except ValueError as e:
-        fail(str(e))
     text = _read_text(program)
+    if medium_name == "auto":
+        from bench.svg.extract import extract_svg
+
+        medium_name = "svg" if extract_svg(text) is not None else "v1"
+    if medium_name == "svg":
+        medium = V1
+        job = Job(text, kind="svg", size=V1.resolution)
+    else:
+        try:
+            medium = get_medium(medium_name)
+        except ValueError as e:
+            fail(f"{e}, svg or auto")
+        job = Job(text)
     with SandboxPool(workers=1, medium=medium) as pool:
-        result = pool.run_one(text)
+        result = pool.run_jobs([job])[0]
+    if job.kind == "svg" and result.valid:
+        from experiments.render import background_of
+
+        result.background = tuple(int(x) for x in background_of(result))  # the border's majority colour
     if out is not None and result.valid:
         save_png(result.pixels, out, scale=scale)
     if as_json:

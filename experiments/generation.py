@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from bench.canvas.extract import extract_code
+from bench.sandbox.boundary import clean_text
 from experiments.rundir import AttemptKey
 from interp.prompts import POSITIONS, BuiltPrompt, PromptItem, Protocol, build
 
@@ -179,11 +180,12 @@ def plan_attempts(runtime: Any, items: Sequence[PromptItem], s: GenerateSettings
 
 def _row(model: str, a: Attempt, g: Any) -> dict[str, Any]:
     prefix = a.prompt.opener
+    text = clean_text(g.text)  # the model's text enters the run here: made safe for JSON and HDF5
     ent = [round(x, ENTROPY_DECIMALS) for x in g.entropy]
     return {
         "task": a.item.task, "prompt_id": a.item.id, "model": model, "protocol": a.prompt.protocol,
         "medium": a.prompt.medium, "sample": a.sample, "seed": a.seed, "temperature": a.temperature, "prefix": prefix,
-        "text": g.text, "code": extract_code(prefix + g.text) if a.prompt.medium != "svg" else None,
+        "text": text, "code": extract_code(prefix + text) if a.prompt.medium != "svg" else None,
         "n_tokens": len(g.tokens), "stop": g.stop, "entropy": ent,
         "mean_entropy": round(sum(g.entropy) / len(g.entropy), ENTROPY_DECIMALS) if g.entropy else None,
     }

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -107,37 +106,24 @@ def background_of(res: Any) -> np.ndarray:
     return colors[int(np.argmax(counts))].astype(np.uint8)
 
 
-@dataclass
-class _Svg:
-    outcome: str
-    reason: str
-    pixels: np.ndarray | None
-
-    @property
-    def valid(self) -> bool:
-        return self.outcome == "ok"
-
-
 def _render_batch(pool: Any, batch: list[dict[str, Any]], run: Path, n: int) -> list[Any]:
-    """Canvas attempts go through the sandbox; SVG attempts (medium `svg`) are sanitised and drawn
-    by resvg at 24x24 (stored) and at native 512 (written to RUN/svg_native/<key hash>.png)."""
-    from bench.canvas.png import save_png
-    from bench.svg.medium import NATIVE, render_attempt
+    """Every attempt goes through the sandbox pool: canvas programs as programs (pixels only, no
+    geometry), SVG answers (medium `svg`) sanitised and drawn by resvg inside a worker at n x n
+    (stored) and at native 512 (written to RUN/svg_native/<key hash>.png)."""
+    from bench.sandbox.job import Job
+    from bench.svg.medium import NATIVE
 
-    is_svg = [r.get("medium") == "svg" for r in batch]
-    canvas = iter(pool.run([answer_text(r) for r, s in zip(batch, is_svg) if not s]) if not all(is_svg) else [])
-    out: list[Any] = []
-    for r, s in zip(batch, is_svg):
-        if not s:
-            out.append(next(canvas))
-            continue
-        got = render_attempt(answer_text(r), (NATIVE, n))
-        if got["outcome"] == "ok":
+    jobs = [Job(answer_text(r), kind="svg", size=n, native=NATIVE) if r.get("medium") == "svg"
+            else Job(answer_text(r), geometry=False) for r in batch]
+    results = pool.run_jobs(jobs)
+    for r, res in zip(batch, results):
+        if res.valid and res.png is not None:
             native = run / "svg_native" / (hashlib.sha256(row_key(r).encode()).hexdigest()[:20] + ".png")
             native.parent.mkdir(parents=True, exist_ok=True)
-            save_png(got["pixels"][NATIVE], native, scale=1)
-        out.append(_Svg(got["outcome"], got["reason"], got["pixels"].get(n)))
-    return out
+            tmp = native.with_suffix(".tmp")
+            tmp.write_bytes(res.png)  # resvg's own PNG, validated by the boundary's size checks
+            tmp.replace(native)
+    return results
 
 
 def read_renders(run: Path) -> dict[str, dict[str, Any]]:

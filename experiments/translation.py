@@ -8,9 +8,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from bench.sandbox.job import Job
 from bench.sandbox.pool import SandboxPool
 from bench.translation.baseline import TAU, passes_gate
-from bench.translation.piou import reference_geometry, score_result
 from bench.translation.references import Reference
 
 CHUNK = 512
@@ -70,18 +70,17 @@ def score_attempts(
         raise InputError(f"{out_path} has more lines than {attempts_path}; use a new --out")
     if done and progress:
         progress(len(done))
-    geoms = {}
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with SandboxPool(workers=workers) as pool, open(out_path, "a", encoding="utf-8") as out:
         for start in range(len(done), len(attempts), CHUNK):
             batch = attempts[start : start + CHUNK]
-            results = pool.run([a.get("prefix", "") + a["text"] for a in batch])
+            # scored inside the workers, under their CPU and memory limits: two interleaved 1,000-tooth
+            # combs once stalled the host for minutes; no geometry comes back to the host at all
+            jobs = [Job(a.get("prefix", "") + a["text"], geometry=False, reference=refs[a["ref_id"]]) for a in batch]
+            results = pool.run_jobs(jobs)
             lines = []
             for a, r in zip(batch, results):
-                if a["ref_id"] not in geoms:
-                    geoms[a["ref_id"]] = reference_geometry(refs[a["ref_id"]])
-                rg = geoms[a["ref_id"]]
-                s = score_result(r, rg)
+                s = r.score
                 row = {k: v for k, v in a.items() if k not in ("text", "prefix", "code", "entropy")}
                 row.update({
                     "outcome": r.outcome, "reason": r.reason, "piou": round(s.piou, 6), "piou_pen": round(s.piou_pen, 6),

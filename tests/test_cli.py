@@ -12,6 +12,36 @@ def run(*args, stdin=None):
     return subprocess.run(AMBENCH + list(args), input=stdin, capture_output=True, text=True, timeout=120)
 
 
+def test_render_json_for_an_svg_answer(tmp_path):
+    """`ambench render answer.txt --json` takes an SVG answer (detected, or --medium svg) through the sandbox,
+    with the same JSON fields as a program."""
+    prog = tmp_path / "p.txt"
+    prog.write_text("Here you go:\n```python\nfill('navy')\n```\n")
+    canvas = json.loads(run("render", str(prog), "--json").stdout)
+    answer = tmp_path / "a.txt"
+    answer.write_text('Sure, here is a red box.\n```svg\n<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24">'
+                      '<rect width="24" height="24" fill="white"/><rect x="6" y="6" width="12" height="6" fill="#ff0000"/></svg>\n```\n')
+    out = tmp_path / "a.png"
+    r = run("render", str(answer), "--json", "-o", str(out), "--scale", "2")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert set(data) == set(canvas)
+    assert data["valid"] and data["medium"] == "svg" and data["shapes"] == [] and data["background"] == [255, 255, 255]
+    assert data["nonbackground_fraction"] == 0.125 and {tuple(c["rgb"]) for c in data["colors"]} == {(255, 0, 0), (255, 255, 255)}
+    from PIL import Image
+
+    assert Image.open(out).size == (48, 48)
+    bomb = tmp_path / "b.txt"
+    bomb.write_text('<svg xmlns="http://www.w3.org/2000/svg"><g transform="scale(1000000)">' * 1
+                    + '<g transform="scale(1000000)">' * 3 + '<rect width="10" height="10" stroke="black"/>' + "</g>" * 4 + "</svg>")
+    r = run("render", str(bomb), "--json", "--medium", "svg")
+    assert r.returncode == 0, r.stderr  # a renderer panic is a result, not a crash of the command
+    data = json.loads(r.stdout)
+    assert not data["valid"] and data["outcome"] == "crash" and "panicked" in data["reason"]
+    r = run("render", str(prog), "--medium", "nonsense")
+    assert r.returncode == 2 and "svg or auto" in r.stderr
+
+
 def test_render_json_and_png(tmp_path):
     prog = tmp_path / "p.txt"
     prog.write_text("Here you go:\n```python\nfill('navy')\nrect(2, 3, 4, 5, 'red')\n```\n")

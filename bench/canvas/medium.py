@@ -129,12 +129,18 @@ class Limits:
     max_pixels: int = 4_000_000  #: cell writes summed over calls
     max_ops: int = 2_000_000  #: loop iterations + function calls + comprehension items
     max_vertices: int = 4_096  #: vertices of one polygon
+    #: coordinates a result may carry, summed over its shapes (the polygons' points and the shapes'
+    #: outlines; a disc is 257): bounds what the host receives and what PIoU scoring must chew on
+    max_total_vertices: int = 100_000
+    max_result_bytes: int = 4_000_000  #: encoded size of one result sent back to the host
     max_range: int = 1_000_000  #: length of one range()
     max_source_bytes: int = 100_000  #: model text larger than this is not parsed
     max_collection: int = 1_000_000  #: elements of one list/str built by * or **
-    cpu_seconds: float = 2.0  #: CPU time of one program
-    wall_seconds: float = 5.0  #: wall-clock time of one program (the worker is killed past it)
-    memory_mb: int = 768  #: address-space growth allowed to one worker
+    cpu_seconds: float = 2.0  #: CPU time of one program (and, separately, of scoring it); decides `timeout`
+    #: far wall-clock backstop for one attempt: the worker is killed past it and the attempt is
+    #: recorded as `backstop` (never `timeout`: wall-clock time depends on the machine's load)
+    wall_seconds: float = 60.0
+    memory_mb: int = 768  #: address-space growth allowed to one program, measured from where it starts
 
 
 @dataclass(frozen=True)
@@ -210,6 +216,7 @@ class Canvas:
         self.pixels[:] = medium.background
         self.calls: list[Call] = []
         self.pixel_writes = 0
+        self.vertices = 0  #: polygon points drawn so far (bounded by Limits.max_total_vertices)
         self.background: RGB = medium.background
         if medium.resolution != medium.grid:
             step = medium.grid / n
@@ -279,6 +286,9 @@ class Canvas:
                 raise DrawError(f"{prim.name}() points must be a list of (r, c) pairs")
             if len(pts) > self.limits.max_vertices:
                 raise BudgetExceeded(f"{prim.name}() with more than {self.limits.max_vertices} vertices")
+            self.vertices += len(pts)
+            if self.vertices > self.limits.max_total_vertices:
+                raise BudgetExceeded(f"more than {self.limits.max_total_vertices} polygon vertices in all")
             flat: list[float] = []
             for p in pts:
                 if not isinstance(p, (list, tuple)) or len(p) != 2:

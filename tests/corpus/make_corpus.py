@@ -9,6 +9,22 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 
+#: two combs whose teeth cross (a vertical and a horizontal one): each a valid 4,002-vertex polygon that
+#: the sandbox runs in milliseconds, but their overlay has n^2 pieces, so PIoU scoring in the host
+#: never finished for n = 1000 (issue 12); {n} teeth
+COMB = """fill('white')
+n = {n}
+w = 24 / n
+a = [(0, 0), (0, 24)]
+b = [(0, 0), (24, 0)]
+for i in range(n - 1, -1, -1):
+    x = i * w
+    a += [(1, x + w), (1, x + w / 2), (24, x + w / 2), (24, x)]
+    b += [(x + w, 1), (x + w / 2, 1), (x + w / 2, 24), (x, 24)]
+poly(a, 'red')
+poly(b, 'blue')
+"""
+
 hostile = [
     # object graph walks
     ("subclasses", "().__class__.__bases__[0].__subclasses__()", "forbidden"),
@@ -84,6 +100,12 @@ hostile = [
     ("c_level_hang", "x = sum(map(abs, map(float, list(range(999999)) * 1)))\nfor i in range(400):\n    y = sorted(list(range(999999)), reverse=True)", "timeout"),
     ("deep_nesting", "x = " + "(" * 5000 + "1" + ")" * 5000, "syntax"),
     ("null_bytes", "rect(1, 2, 3, 4, 'red')\x00", "syntax"),
+    # what the host does with a result (issue 12, part 2): poison pills, geometry and size bombs
+    ("poison_surrogate", "fill('navy')\nassert False, 'done \\ud800'", "runtime"),
+    ("poison_nul", "fill('navy')\nx = 'a\\x00b'\nassert False, x", "runtime"),
+    ("poison_surrogate_pair", "fill('navy')\nassert False, '\\udfff\\ud800' * 50", "runtime"),
+    ("comb_1000_interleaved", COMB.format(n=1000), "ok"),
+    ("amplification_120x4096", "fill('white')\nfor k in range(120):\n    poly([(k % 24 + (i % 2) * 0.5, i * 24 / 4096) for i in range(4096)], 'red')", "budget"),
     # ordinary failures
     ("syntax_error", "rect(1, 2, 3, 4, 'red'\nfill('blue')", "syntax"),
     ("name_error", "rectangle(1, 2, 3, 4, 'red')", "runtime"),
@@ -126,10 +148,11 @@ benign = [
     ("crlf", "fill('white')\r\nrect(1, 1, 3, 3, 'red')\r\n"),
 ]
 
-with open(HERE / "hostile.jsonl", "w") as f:
-    for name, text, expect in hostile:
-        f.write(json.dumps({"id": name, "text": text, "expect": expect}) + "\n")
-with open(HERE / "benign.jsonl", "w") as f:
-    for name, text in benign:
-        f.write(json.dumps({"id": name, "text": text}) + "\n")
-print(len(hostile), "hostile,", len(benign), "benign")
+if __name__ == "__main__":
+    with open(HERE / "hostile.jsonl", "w") as f:
+        for name, text, expect in hostile:
+            f.write(json.dumps({"id": name, "text": text, "expect": expect}) + "\n")
+    with open(HERE / "benign.jsonl", "w") as f:
+        for name, text in benign:
+            f.write(json.dumps({"id": name, "text": text}) + "\n")
+    print(len(hostile), "hostile,", len(benign), "benign")
