@@ -192,3 +192,33 @@ class ActivationStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def merge_stores(sources: Sequence[str | Path], target: str | Path, order: Callable[[str, str], Any]) -> int:
+    """Put the parts of several stores of one model (shards of a run) into `target`, ordered by `order(task,
+    prompt id)` of each part's first prompt, so that the target holds the parts an unsharded run writes (each
+    part is one capture batch; a shard holds whole batches). Parts are copied byte for byte; returns the
+    number of prompts."""
+    import shutil
+
+    import h5py
+
+    metas = []
+    parts: list[tuple[Any, Path]] = []
+    for src in sources:
+        st = ActivationStore(src)
+        metas.append(st.meta)
+        for p in st._parts.part_files():
+            with h5py.File(p, "r") as f:
+                keys = [json.loads(k) for k in strings(f["key"][:])]
+            parts.append((min(order(t, pid) for t, pid in keys), p))
+    if any(m != metas[0] for m in metas):
+        raise StoreError("the shards' activation stores were written with other settings")
+    target = Path(target)
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    (target / "meta.json").write_text(json.dumps(metas[0], sort_keys=True, indent=1) + "\n", encoding="utf-8")
+    for i, (_, p) in enumerate(sorted(parts, key=lambda t: t[0])):
+        shutil.copyfile(p, target / f"part-{i:06d}.h5")
+    return len(ActivationStore(target).prompt_ids)

@@ -71,7 +71,7 @@ def _row(model: str, task: str, pid: str, k: int, text: str) -> dict:
 def _values(run: Path, names: dict[str, str]) -> dict:
     """The run's result values, model paths replaced by stable names, integrity fields left out."""
     from activations.store import ActivationStore
-    from experiments.report import write_report  # noqa: F401  (the report is read as text below)
+    from experiments.stages.report import write_report  # noqa: F401  (the report is read as text below)
 
     def clean(obj):
         if isinstance(obj, dict):
@@ -121,7 +121,7 @@ def _renders(run: Path) -> dict:
     try:
         from experiments.stages.render import read_renders
     except ImportError:
-        from experiments.render import read_renders
+        from experiments.stages.render import read_renders
     return read_renders(run)
 
 

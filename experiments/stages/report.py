@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.generation import GENERATIONS, read_rows
+from experiments.rundir import RunDir, reading, writing
 
 
 def paper_values() -> dict[str, Any]:
@@ -63,21 +63,21 @@ def _ci(lo: Any, hi: Any) -> str:
     return f"[{_fmt(lo)}, {_fmt(hi)}]"
 
 
-def _read(run: Path, name: str) -> list[dict[str, Any]]:
-    return read_rows(run / name) if (run / name).exists() else []
+def _read(run: RunDir, name: str) -> list[dict[str, Any]]:
+    return run.rows(name)
 
 
-def _json(run: Path, name: str) -> Any:
-    return json.loads((run / name).read_text()) if (run / name).exists() else None
+def _json(run: RunDir, name: str) -> Any:
+    return run.json(name)
 
 
 # --------------------------------------------------------------------------- sections
 
 
-def _translation(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
-    from experiments.translation import summarise
+def _translation(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    from experiments.stages.translation import summarise
 
-    rows = _read(run, "translation_scores.jsonl")
+    rows = _read(run, RunDir.TRANSLATION_SCORES)
     table = [{"model": m, **summarise([r for r in rows if r["model"] == m])} for m in sorted({r["model"] for r in rows})]
     if not table:
         return [], []
@@ -97,8 +97,8 @@ def _translation(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[dict
     return [section], [{"q": "Is writing the code the bottleneck? (translation gate)", "a": " ".join(answers)}]
 
 
-def _layout(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
-    lt = _json(run, "layout_table.json")
+def _layout(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    lt = _json(run, RunDir.LAYOUT_TABLE)
     parts, answers = [], []
     p = paper["layout"]
     if lt:
@@ -110,9 +110,9 @@ def _layout(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[dict[str,
             good = r["valid"] - r["trivial"]
             answers.append(f"{html.escape(r['model'])} ({html.escape(r['protocol'])}): {good}/{r['attempts']} layout attempts "
                            f"valid and non-trivial ({100 * good / max(r['attempts'], 1):.1f}%).")
-    js = _read(run, "judge_scores.jsonl")
+    js = _read(run, RunDir.JUDGE_SCORES)
     if js:
-        from experiments.judging import inversion_table, pass_at_k_table
+        from experiments.judging import inversion_table, pass_at_k_table  # noqa: I001
 
         inv = inversion_table(js)
         parts.append("<h3>Judges</h3>" + _table(pass_at_k_table(js), ["judge", "model", "protocol", "prompts", "pass@1", "pass@3", "pass@5", "pass@10"]))
@@ -128,8 +128,8 @@ def _layout(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[dict[str,
     return parts, ([{"q": "How well do models compose open-ended layouts?", "a": " ".join(answers)}] if answers else [])
 
 
-def _media(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
-    rows = _json(run, "media_table.json") or []
+def _media(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    rows = _json(run, RunDir.MEDIA_TABLE) or []
     if not rows:
         return [], []
     p = paper["svg"]
@@ -145,8 +145,8 @@ def _media(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, 
     return [section], [{"q": "Does the output medium change what models can express? (Exp. 2)", "a": " ".join(answers)}]
 
 
-def _probes(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
-    pr = _read(run, "probes.jsonl")
+def _probes(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    pr = _read(run, RunDir.PROBES)
     if not pr:
         return [], []
     p = paper["probes"]
@@ -185,14 +185,15 @@ def _probes(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[dict[str,
                 if "shared" in best and "specific" in best:
                     answers.append(f"{html.escape(m)} (last token): shared component R&sup2; {_fmt(best['shared']['r2_resid'])}, "
                                    f"specific {_fmt(best['specific']['r2_resid'])} (paper: only the shared component is decodable).")
-    for png in sorted((run / "probes").glob("*.png")) if (run / "probes").is_dir() else []:
+    plots = run.file(RunDir.PROBE_PLOTS)
+    for png in sorted(plots.glob("*.png")) if plots.is_dir() else []:
         parts.append(_img_file(png, png.stem))
     return parts, ([{"q": "Is a coarse layout plan decodable before generation, above the text baseline? (Exp. 3)",
                      "a": " ".join(answers)}] if answers else [])
 
 
-def _interventions(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
-    t = _json(run, "interventions_table.json")
+def _interventions(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    t = _json(run, RunDir.INTERVENTIONS_TABLE)
     if not t:
         return [], []
     p = paper["interventions"]
@@ -219,7 +220,7 @@ def _interventions(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[di
     if t.get("patching"):
         parts.append("<h3>Activation patching at the cut (beyond the paper)</h3>" +
                      _table(t["patching"], ["model", "task", "direction", "layer", "cuts", "rate"]))
-    for png in sorted(run.glob("interventions-*.png")) + sorted(run.glob("patching-*.png")):
+    for png in sorted(run.path.glob("interventions-*.png")) + sorted(run.path.glob("patching-*.png")):
         parts.append(_img_file(png, png.stem))
     answers = []
     for r in t["arms"]:
@@ -234,17 +235,17 @@ def _interventions(run: Path, paper: dict[str, Any]) -> tuple[list[str], list[di
                      "a": " ".join(answers)}] if answers else [])
 
 
-def _mosaics(run: Path) -> list[str]:
+def _mosaics(run: RunDir) -> list[str]:
     from bench.layout.prompts import by_id
-    from experiments.render import read_renders, row_key
     from experiments.rundir import arm_of
+    from experiments.stages.render import read_renders, row_key
 
-    if not ((run / "renders.h5").exists() and (run / GENERATIONS).exists()):
+    if not run.rows(RunDir.GENERATIONS):
         return []
     renders = read_renders(run)
     prompts = by_id()
     grid: dict[str, dict[str, list[str]]] = {}
-    for r in read_rows(run / GENERATIONS):
+    for r in run.rows(RunDir.GENERATIONS):
         if r["task"] != "layout":
             continue
         x = renders.get(row_key(r))
@@ -265,8 +266,8 @@ def _mosaics(run: Path) -> list[str]:
     return ["<h2>Layout mosaics</h2>" + "".join(rows_html)]
 
 
-def _config(run: Path) -> list[str]:
-    cfg = _json(run, "config.json") or {}
+def _config(run: RunDir) -> list[str]:
+    cfg = _json(run, RunDir.CONFIG) or {}
     study = cfg.get("stages", {}).get("study", {})
     if not study:
         return []
@@ -282,7 +283,12 @@ def _config(run: Path) -> list[str]:
     return ["<h2>Configuration</h2>" + _table(rows, ["setting", "value"])]
 
 
-def write_report(run: Path) -> Path:
+def write_report(run: Any) -> Path:
+    with writing(run) as rd:
+        return _write_report(rd)
+
+
+def _write_report(run: RunDir) -> Path:
     paper = paper_values()
     summary: list[dict[str, Any]] = []
     body: list[str] = []
@@ -305,7 +311,5 @@ def write_report(run: Path) -> Path:
              "dt{font-weight:bold;margin-top:.6em}dd{margin-left:1em}.paper{color:#555;font-size:13px}")
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>AM-Bench report</title><style>{style}</style>"
             f"</head><body>{''.join(parts)}</body></html>\n")
-    out = run / "report" / "index.html"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
-    return out
+    run.write_text(RunDir.REPORT, page)
+    return run.file(RunDir.REPORT)

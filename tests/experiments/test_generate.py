@@ -6,8 +6,10 @@ import pytest
 
 from activations.store import ActivationStore
 from experiments.rundir import AttemptKey
-from experiments.generation import (GENERATIONS, GenerateSettings, RunError, attempt_seed, capture_stage, generate_stage,
-                                    read_rows, regenerate)
+from experiments.rundir import RunError
+from experiments.stages.capture import CaptureSettings, capture_stage
+from experiments.stages.generate import GenerateSettings, attempt_seed, generate_stage, regenerate
+from tests.experiments.runs import GENERATIONS, read_rows
 from interp.prompts import PromptItem, Protocol
 
 ITEMS = [
@@ -20,7 +22,7 @@ S = GenerateSettings(samples=2, temperature=1.0, seed=7, max_new_tokens=10, batc
 
 def test_rows_seeds_and_counts(tiny, tmp_path):
     counts = generate_stage(tiny, ITEMS, tmp_path, S, model="tiny")
-    assert counts == {"attempts": 9, "written": 9, "skipped": 0}
+    assert counts == {"attempts": 9, "written": 9, "skipped": 0, "stale": 0}
     rows = read_rows(tmp_path / GENERATIONS)
     assert [(r["prompt_id"], r["sample"]) for r in rows] == [(i.id, k) for i in ITEMS for k in range(3)]
     for r in rows:
@@ -29,7 +31,7 @@ def test_rows_seeds_and_counts(tiny, tmp_path):
         assert len(r["entropy"]) == r["n_tokens"] <= 10 and r["stop"]
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["stages"]["generate/tiny/layout/v1/zero-shot"]["settings"]["seed"] == 7
-    assert generate_stage(tiny, ITEMS, tmp_path, S, model="tiny") == {"attempts": 9, "written": 0, "skipped": 9}
+    assert generate_stage(tiny, ITEMS, tmp_path, S, model="tiny") == {"attempts": 9, "written": 0, "skipped": 9, "stale": 0}
 
 
 def test_killed_run_resumes_to_identical_file(tiny, tmp_path):
@@ -69,8 +71,8 @@ def test_other_settings_in_the_same_run_are_refused(tiny, tmp_path):
 
 
 def test_capture_stage_resumes_by_prompt(tiny, tmp_path):
-    p1 = capture_stage(tiny, ITEMS[:2], tmp_path, Protocol("zero-shot"), batch_size=1, model="tiny")
-    p2 = capture_stage(tiny, ITEMS, tmp_path, Protocol("zero-shot"), batch_size=2, model="tiny")
+    p1 = capture_stage(tiny, ITEMS[:2], tmp_path, CaptureSettings("zero-shot", batch_size=1), model="tiny")
+    p2 = capture_stage(tiny, ITEMS, tmp_path, CaptureSettings("zero-shot", batch_size=2), model="tiny")
     assert p1 == p2
     with ActivationStore(p2) as s:
         assert s.prompt_ids == ["a", "b", "c"] and s.shape == (3, 3, 3, 32)

@@ -54,8 +54,9 @@ def test_summary_means_over_valid_renders():
 
 
 def test_steer_stage_end_to_end_on_a_run(tiny, tmp_path):
-    from experiments.generation import GENERATIONS, append_rows, capture_stage, read_rows
-    from experiments.render import render_stage
+    from experiments.stages.capture import CaptureSettings, capture_stage
+    from tests.experiments.runs import GENERATIONS, append, read_rows
+    from experiments.stages.render import render_stage
     from experiments.steering import STEERING, SteerSettings, steer_stage
     from interp.prompts import Protocol, layout_items
 
@@ -66,9 +67,9 @@ def test_steer_stage_end_to_end_on_a_run(tiny, tmp_path):
             rows.append({"task": "layout", "prompt_id": it.id, "model": "tiny", "protocol": "zero-shot", "sample": k, "seed": k,
                          "temperature": 0.7, "prefix": "", "text": f"fill('white')\nrect({i}, {2 * i}, 8, 8, 'red')",
                          "code": None, "n_tokens": 1, "stop": "eos", "entropy": [0.1], "mean_entropy": 0.1})
-    append_rows(tmp_path / GENERATIONS, rows)
+    append(tmp_path, rows)
     render_stage(tmp_path, workers=1)
-    capture_stage(tiny, items, tmp_path, Protocol("zero-shot"), model="tiny")
+    capture_stage(tiny, items, tmp_path, CaptureSettings("zero-shot"), model="tiny")
     ss = SteerSettings(layer=1, region="left", strengths=(0.0, 4.0), samples=2, max_new_tokens=6, limit=2)
     summary = steer_stage(tiny, tmp_path, ss, model="tiny")
     assert {s["strength"] for s in summary} == {0.0, 4.0} and all(s["attempts"] == 4 for s in summary)
@@ -77,8 +78,8 @@ def test_steer_stage_end_to_end_on_a_run(tiny, tmp_path):
     again = steer_stage(tiny, tmp_path, ss, model="tiny")
     assert again == summary and len(read_rows(tmp_path / STEERING)) == 8  # resumed: nothing redone
     # a second model name on the same run steers on its own (its rows are not taken for the first model's)
-    capture_stage(tiny, items, tmp_path, Protocol("zero-shot"), model="tiny2")
-    append_rows(tmp_path / GENERATIONS, [dict(r, model="tiny2") for r in rows])
+    capture_stage(tiny, items, tmp_path, CaptureSettings("zero-shot"), model="tiny2")
+    append(tmp_path, [dict(r, model="tiny2") for r in rows])
     render_stage(tmp_path, workers=1)
     other = steer_stage(tiny, tmp_path, ss, model="tiny2")
     assert {s["model"] for s in other} == {"tiny", "tiny2"} and len(read_rows(tmp_path / STEERING)) == 16

@@ -30,19 +30,18 @@ For every model with `RUN/activations/<model>.h5` and every task:
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from experiments.generation import GENERATIONS, derive_seed, read_rows, run_prompts, safe_name
-from experiments.render import read_renders, render_stage, row_key
+from experiments.rundir import RunDir, derive_seed, reading, safe_name, writing
+from experiments.stages.render import read_renders, render_stage, row_key
 from interp.probes import (Grid, LayerSweep, benjamini_hochberg, bootstrap_counts, bootstrap_r2, occupancy, perm_p, permutations, split_half_ceiling, tfidf_features)
 from interp.prompts import items_by_id
 
-PROBES = "probes.jsonl"
+PROBES = RunDir.PROBES
 ROLES = {"layout": "headline", "translation": "control"}
 
 
@@ -74,13 +73,15 @@ class ProbeSettings:
         return asdict(self)
 
 
-def consensus(run: Path, model: str, task: str, protocol: str, medium: str = "v1", min_attempts: int = 1,
-              exclude_trivial: bool = False) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+def consensus(run: Any, model: str, task: str, protocol: str, medium: str = "v1", min_attempts: int = 1,
+              exclude_trivial: bool = False, renders: dict[str, dict[str, Any]] | None = None
+              ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
     """prompt id -> {own, half_a, half_b, n} for one model and task; and counts of prompts kept and dropped."""
-    renders = read_renders(run)
+    rd = reading(run)
+    renders = read_renders(rd) if renders is None else renders
     per: dict[str, list[tuple[int, np.ndarray]]] = {}
     seen: set[str] = set()
-    for r in read_rows(run / GENERATIONS):
+    for r in rd.rows(RunDir.GENERATIONS):
         if (r["model"], r["task"], r["protocol"], r.get("medium", "v1")) != (model, task, protocol, medium):
             continue
         seen.add(r["prompt_id"])
@@ -178,8 +179,8 @@ def _ci(stats: np.ndarray) -> list[float | None]:
     return [_num(lo), _num(hi)]
 
 
-def _texts(run: Path, task: str, ids: list[str]) -> list[str]:
-    recorded = run_prompts(run)
+def _texts(run: Any, task: str, ids: list[str]) -> list[str]:
+    recorded = reading(run).prompts()
     builtin = items_by_id()
     missing = [p for p in ids if (task, p) not in recorded and p not in builtin]
     if missing:
@@ -188,15 +189,23 @@ def _texts(run: Path, task: str, ids: list[str]) -> list[str]:
     return [recorded[(task, p)].text if (task, p) in recorded else builtin[p].text for p in ids]
 
 
-def probe_stage(run: Path, models: list[str] | None = None, s: ProbeSettings = ProbeSettings(),
+def probe_stage(run: Any, models: list[str] | None = None, s: ProbeSettings = ProbeSettings(),
                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    with writing(run) as rd:
+        return _probe_stage(rd, models, s, progress)
+
+
+def _probe_stage(rd: RunDir, models: list[str] | None, s: ProbeSettings,
+                 progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
     from activations.store import ActivationStore
 
     say = progress or (lambda m: None)
-    files = sorted((run / "activations").glob("*.h5")) if (run / "activations").is_dir() else []
+
+    files = rd.activation_stores()
     if not files:
-        raise ProbeError(f"{run} has no activations: run `ambench capture --out {run}` first")
-    render_stage(run)
+        raise ProbeError(f"{rd.path} has no activations: run `ambench capture --out {rd.path}` first")
+    render_stage(rd)
+    renders = read_renders(rd)
     stores = {}
     for f in files:
         st = ActivationStore(f)
@@ -206,7 +215,7 @@ def probe_stage(run: Path, models: list[str] | None = None, s: ProbeSettings = P
         else:
             st.close()
     if not stores:
-        raise ProbeError(f"none of {models} has activations in {run}")
+        raise ProbeError(f"none of {models} has activations in {rd}")
     grid = s.grid
     rows: list[dict[str, Any]] = []
     try:
@@ -214,8 +223,8 @@ def probe_stage(run: Path, models: list[str] | None = None, s: ProbeSettings = P
             role = ROLES.get(task, "control")
             targets: dict[str, dict[str, dict[str, Any]]] = {}
             for name, st in stores.items():
-                cons, counts = consensus(run, name, task, st.meta["protocol"], st.meta.get("medium", "v1"),
-                                         s.min_attempts, s.exclude_trivial)
+                cons, counts = consensus(rd, name, task, st.meta["protocol"], st.meta.get("medium", "v1"),
+                                         s.min_attempts, s.exclude_trivial, renders)
                 if not counts["prompts_seen"]:
                     continue
                 targets[name] = cons
@@ -225,22 +234,17 @@ def probe_stage(run: Path, models: list[str] | None = None, s: ProbeSettings = P
                              "min_attempts": s.min_attempts, "exclude_trivial": s.exclude_trivial,
                              "protocol": st.meta["protocol"], "medium": st.meta.get("medium", "v1")})
             for name in targets:
-                rows += _probe_model(run, name, task, role, stores[name], targets, s, grid, say)
+                rows += _probe_model(rd, name, task, role, stores[name], targets, s, grid, say)
     finally:
         for st in stores.values():
             st.close()
     _adjust(rows)
-    path = run / PROBES
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, sort_keys=True) + "\n")
-    tmp.replace(path)
-    plot_probes(run, rows)
+    rd.write_rows(RunDir.PROBES, rows)
+    plot_probes(rd, rows)
     return rows
 
 
-def _probe_model(run: Path, name: str, task: str, role: str, st: Any, targets: dict[str, dict[str, dict[str, Any]]],
+def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets: dict[str, dict[str, dict[str, Any]]],
                  s: ProbeSettings, grid: Grid, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """Every row of one model and task (see the module docstring)."""
     base = {"model": name, "task": task, "role": role, "seed": s.seed}
@@ -330,15 +334,13 @@ def _adjust(rows: list[dict[str, Any]]) -> None:
             r["bh_family"] = (f"one test per model ({len(fam)} models): task {task}, target {target}, position {pos}")
 
 
-def plot_probes(run: Path, rows: list[dict[str, Any]]) -> list[Path]:
+def plot_probes(rd: RunDir, rows: list[dict[str, Any]]) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = []
-    folder = run / "probes"
-    folder.mkdir(exist_ok=True)
     for model, task in sorted({(r["model"], r["task"]) for r in rows if "task" in r}):
         mine = [r for r in rows if r["model"] == model and r.get("task") == task and r.get("features") == "resid"
                 and isinstance(r.get("layer"), int)]
@@ -372,8 +374,6 @@ def plot_probes(run: Path, rows: list[dict[str, Any]]) -> list[Path]:
             ax.set_title(f"{model} ({task}): occupancy probe{' - shared vs specific' if kind else ''}")
             ax.legend(fontsize=7)
             fig.tight_layout()
-            p = folder / f"{safe_name(model)}-{task}{kind}.png"
-            fig.savefig(p, metadata={"Software": None})
+            out.append(rd.save_figure(fig, f"{RunDir.PROBE_PLOTS}/{safe_name(model)}-{task}{kind}.png"))
             plt.close(fig)
-            out.append(p)
     return out

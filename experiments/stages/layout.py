@@ -7,19 +7,19 @@ from typing import Any
 
 from bench.layout.prompts import by_id
 from bench.layout.scoring import TRIVIAL_SHARE
-from experiments.generation import GENERATIONS, read_rows
-from experiments.render import read_renders, row_key
-from experiments.rundir import arm_of
+from experiments.rundir import RunDir, arm_of, reading
+from experiments.stages.render import read_renders, row_key
 
 
-def layout_table(run: Path, level: str = "tier") -> list[dict[str, Any]]:
+def layout_table(run: Any, level: str = "tier") -> list[dict[str, Any]]:
     """One row per (model, protocol, tier or subcategory): attempts, valid, trivial (of all and of valid)."""
     if level not in ("tier", "subcategory"):
         raise ValueError("level is tier or subcategory")
     prompts = by_id()
-    renders = read_renders(run)
+    rd = reading(run)
+    renders = read_renders(rd)
     groups: dict[tuple[str, str, str], dict[str, int]] = {}
-    for r in read_rows(run / GENERATIONS):
+    for r in rd.rows(RunDir.GENERATIONS):
         if r["task"] != "layout" or r["prompt_id"] not in prompts:
             continue
         rend = renders.get(row_key(r))
@@ -74,16 +74,16 @@ def paired_delta(a: dict[str, list[float]], b: dict[str, list[float]], n_boot: i
             "n_boot": n_boot, "seed": seed}
 
 
-def media_table(run: Path, n_boot: int = 10_000, seed: int = 0) -> list[dict[str, Any]]:
+def media_table(run: Any, n_boot: int = 10_000, seed: int = 0) -> list[dict[str, Any]]:
     """Exp. 2: every non-canvas arm (e.g. `svg/few-shot-2`) against the canvas arm of the same protocol,
     per model: the paired per-prompt delta (B - A) with a prompt-clustered bootstrap CI, on the
     valid-and-non-trivial rate and, for each judge with verdicts, on the judge's overall score."""
-    from experiments.judging import JUDGE_SCORES
     from experiments.rundir import AttemptKey, parse_arm
 
-    renders = read_renders(run)
+    rd = reading(run)
+    renders = read_renders(rd)
     metrics: dict[str, dict[tuple[str, str], dict[str, list[float]]]] = {"valid and non-trivial": {}}
-    for r in read_rows(run / GENERATIONS):
+    for r in rd.rows(RunDir.GENERATIONS):
         if r["task"] != "layout":
             continue
         x = renders.get(row_key(r))
@@ -91,8 +91,8 @@ def media_table(run: Path, n_boot: int = 10_000, seed: int = 0) -> list[dict[str
             continue
         good = float(x["outcome"] == "ok" and not x["trivial"])
         metrics["valid and non-trivial"].setdefault((r["model"], arm_of(r)), {}).setdefault(r["prompt_id"], []).append(good)
-    if (run / JUDGE_SCORES).exists():
-        for r in read_rows(run / JUDGE_SCORES):
+    if True:
+        for r in rd.rows(RunDir.JUDGE_SCORES):
             k = AttemptKey.of({**r, "task": r.get("task", "layout")})
             metrics.setdefault(f"judge {r['judge']} overall", {}).setdefault((k.model, k.arm), {}) \
                 .setdefault(k.prompt_id, []).append(r["overall"])

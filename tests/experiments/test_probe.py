@@ -8,9 +8,9 @@ import numpy as np
 
 from activations.store import ActivationWriter
 from bench.layout.prompts import load_layout_prompts
-from experiments.generation import GENERATIONS, append_rows, read_rows
-from experiments.probing import PROBES, ProbeSettings, consensus, probe_stage
-from experiments.render import render_stage
+from tests.experiments.runs import GENERATIONS, append, read_rows
+from experiments.stages.probe import PROBES, ProbeSettings, consensus, probe_stage
+from experiments.stages.render import render_stage
 from interp.probes import occupancy
 
 META = {"protocol": "zero-shot", "medium": "v1", "positions": ["subject", "turn", "last"]}
@@ -36,7 +36,7 @@ def _run(tmp_path, n_prompts=30, samples=4, seed=0):
     prompts = [p.id for p in load_layout_prompts()][:n_prompts]
     rows = _rows(prompts, "m", "layout", rng, samples)
     rows.append({**rows[0], "prompt_id": "3E-09", "sample": 0, "text": "```python\nfill('white'\n```"})  # no valid attempt
-    append_rows(tmp_path / GENERATIONS, rows)
+    append(tmp_path, rows)
     render_stage(tmp_path, workers=1)
     return prompts
 
@@ -97,7 +97,7 @@ def test_tasks_never_mix_in_targets_or_probes(tmp_path):
     tr = [f"s{i:03d}" for i in range(12)]
     rows = _rows(lay, "m", "layout", rng) + _rows(tr, "m", "translation", rng)
     rows.append({**rows[0], "task": "translation", "prompt_id": lay[0], "sample": 9, "text": "fill('red')"})  # same id, other task
-    append_rows(tmp_path / GENERATIONS, rows)
+    append(tmp_path, rows)
     render_stage(tmp_path, workers=1)
     cons_l, _ = consensus(tmp_path, "m", "layout", "zero-shot")
     cons_t, _ = consensus(tmp_path, "m", "translation", "zero-shot")
@@ -125,7 +125,7 @@ def test_shared_and_specific_keep_every_model_when_coverage_differs(tmp_path):
     base = read_rows(tmp_path / GENERATIONS)
     extra = [dict(r, model="m2") for r in base]
     extra += [dict(r, model="m3") for r in base if r["prompt_id"] in prompts[:20]]
-    append_rows(tmp_path / GENERATIONS, extra)
+    append(tmp_path, extra)
     render_stage(tmp_path, workers=1)
     rng = np.random.default_rng(2)
     for name in ("m", "m2", "m3"):

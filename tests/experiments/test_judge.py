@@ -9,7 +9,7 @@ import pytest
 
 from bench.layout.judge import (DIMENSIONS, JUDGE_SYSTEM, JudgeError, OpenAIJudge, VerdictCache, VerdictParseError,
                                 cache_key, judge_messages, parse_verdict, png_bytes)
-from experiments.generation import GENERATIONS, append_rows, read_rows
+from tests.experiments.runs import GENERATIONS, append, read_rows
 from experiments.judging import (JUDGE_SCORES, inversion_table, judge_agreement, judge_stage, pass_at_k,
                                  pass_at_k_table)
 
@@ -129,7 +129,7 @@ def _row(pid, sample, text):
 
 
 def test_judge_stage_end_to_end_with_cache(tmp_path):
-    append_rows(tmp_path / GENERATIONS, [
+    append(tmp_path, [
         _row("2A-00", 0, "fill('black')\nrect(8, 0, 8, 24, 'red')\nrect(16, 0, 8, 24, 'gold')"),
         _row("2A-00", 1, "fill('white')"),
         _row("3A-00", 0, "import os"),
@@ -161,7 +161,7 @@ def test_judge_cli_against_the_loopback_server(tmp_path):
 
     from experiments.cli import app
 
-    append_rows(tmp_path / GENERATIONS, [_row("2A-00", 0, "fill('black')\nrect(8, 0, 8, 24, 'red')")])
+    append(tmp_path, [_row("2A-00", 0, "fill('black')\nrect(8, 0, 8, 24, 'red')")])
     s = Server()
     try:
         res = CliRunner().invoke(app, ["judge", "--run", str(tmp_path), "--judge", "j1", "--base-url", s.url,

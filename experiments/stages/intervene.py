@@ -36,14 +36,13 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from bench.intervene.splice import ARMS, continued_drawing, cut_arms, statements, strip_digits
-from experiments.generation import GENERATIONS, answer_text, append_rows, derive_seed, read_rows, run_prompts
-from experiments.render import read_renders, render_stage, row_key
-from experiments.rundir import AttemptKey
+from bench.sandbox.boundary import clean_text
+from experiments.rundir import AttemptKey, RunDir, answer_text, content_hash, derive_seed, reading, writing
+from experiments.stages.render import read_renders, render_stage, row_key
 from interp.prompts import PromptItem, Protocol, build, items_by_id
 
-INTERVENTIONS = "interventions.jsonl"
-CUTS = "intervention_cuts.jsonl"
-PATCHING = "patching.jsonl"
+INTERVENTIONS = RunDir.INTERVENTIONS
+CUTS = RunDir.CUTS
 #: why a source attempt gives no cut, or a cut lacks an arm
 EXCLUSIONS = ("no spliceable statement", "no moved-used displacement", "no moved-unused displacement", "splice error")
 
@@ -66,23 +65,6 @@ class InterveneSettings:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class PatchSettings:
-    """Activation patching at the cut statement (beyond the paper)."""
-
-    task: str = "layout"
-    layers: tuple[int, ...] | None = None  #: resid_pre layers to patch (None: every block)
-    moved_arm: str = "moved-unused"  #: the arm swapped with null-asis
-    continuations: int = 9
-    temperature: float = 0.7
-    max_new_tokens: int = 64
-    seed: int = 0
-    limit: int | None = None  #: only the first N cuts
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def protocol_from_label(label: str, medium: str = "v1") -> Protocol:
     if medium == "svg":
         raise ValueError("SVG attempts have no canvas statements to splice")
@@ -92,7 +74,7 @@ def protocol_from_label(label: str, medium: str = "v1") -> Protocol:
     return Protocol(name, int(k))
 
 
-def plan_cuts(run: Path, model: str, task: str = "layout", samples: Iterable[int] | None = None, cut: str = "last",
+def plan_cuts(run: Any, model: str, task: str = "layout", samples: Iterable[int] | None = None, cut: str = "last",
               limit: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(cuts, records) for the valid canvas attempts of `model` on `task`.
 
@@ -101,12 +83,14 @@ def plan_cuts(run: Path, model: str, task: str = "layout", samples: Iterable[int
     it carries a comment, whether the program had more code after it, which arms exist, the splice
     identity check of each moved arm, or the reason it was excluded (`EXCLUSIONS`). A splice that fails
     is an exclusion, never an error of the stage."""
-    render_stage(run)
-    renders = read_renders(run)
+    rd = reading(run)
+    if rd.writable:
+        render_stage(rd)
+    renders = read_renders(rd)
     wanted = None if samples is None else set(samples)
     cuts: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
-    for r in read_rows(run / GENERATIONS):
+    for r in rd.rows(RunDir.GENERATIONS):
         key = AttemptKey.of(r)
         if key.model != model or key.task != task or key.medium == "svg" or (wanted is not None and key.sample not in wanted):
             continue
@@ -147,8 +131,8 @@ def plan_cuts(run: Path, model: str, task: str = "layout", samples: Iterable[int
     return cuts, records
 
 
-def _items(run: Path) -> Callable[[str, str], PromptItem]:
-    recorded = run_prompts(run)
+def _items(run: Any) -> Callable[[str, str], PromptItem]:
+    recorded = reading(run).prompts()
     builtin = items_by_id()
 
     def get(task: str, pid: str) -> PromptItem:
@@ -176,37 +160,50 @@ def _tokens(rt: Any, cut: dict[str, Any], item: PromptItem) -> tuple[list[int], 
     return shared, suffixes
 
 
-def _write_records(run: Path, model: str, task: str, records: list[dict[str, Any]]) -> None:
+def _write_records(rd: RunDir, model: str, task: str, records: list[dict[str, Any]]) -> None:
     """RUN/intervention_cuts.jsonl: this model and task's records replace its earlier ones (the plan is a
     function of the generations and renders, so a rerun writes the same rows)."""
-    path = run / CUTS
-    keep = [x for x in read_rows(path) if (x["model"], x["task"]) != (model, task)]
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for x in keep + records:
-            f.write(json.dumps(x, sort_keys=True, ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    keep = [x for x in rd.rows(CUTS) if (x["model"], x["task"]) != (model, task)]
+    rd.write_rows(CUTS, keep + records)
 
 
-def intervene_stage(rt: Any, run: Path, model: str | None = None, s: InterveneSettings = InterveneSettings(),
-                    progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Continuations for every cut's arms into RUN/interventions.jsonl (resumable per cut); returns counts
-    computed from the rows on disk."""
+def cut_input(c: dict[str, Any], s: Any) -> str:
+    """What a cut's continuations are made from: the source answer, the arms' texts and the settings."""
+    return content_hash(c["answer"], [(a.arm, a.prefix) for a in c["arms"]], s.continuations, s.temperature, s.max_new_tokens, s.seed)
+
+
+def intervene_stage(rt: Any, run: Any, model: str | None = None, s: InterveneSettings = InterveneSettings(),
+                    progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Continuations for every cut's arms into RUN/interventions.jsonl; returns counts computed from the rows
+    on disk. Work units are the cuts in plan order: resumable (a cut whose rows were made from the same
+    inputs is skipped; one made from other inputs is dropped and redone) and shardable (`shard=(i, n)`
+    runs the cuts whose index is i mod n)."""
+    with writing(run) as rd:
+        return _intervene(rt, rd, model or rt.info.name, s, progress, shard)
+
+
+def _intervene(rt: Any, rd: RunDir, model: str, s: InterveneSettings, progress: Callable[[int], None] | None,
+               shard: tuple[int, int] | None) -> dict[str, Any]:
     from interp.runtime import Sampling, StopRule
 
-    model = model or rt.info.name
     bad = set(s.arms) - set(ARMS)
     if bad:
         raise ValueError(f"unknown arms {sorted(bad)}: use {', '.join(ARMS)}")
     arms = [a for a in ARMS if a in set(s.arms)]
-    item = _items(run)
-    path = run / INTERVENTIONS
-    done = {(AttemptKey.of(x), x["cut"]) for x in read_rows(path)}
-    cuts, records = plan_cuts(run, model, s.task, s.samples, s.cut, s.limit)
-    _write_records(run, model, s.task, records)
-    for c in cuts:
+    item = _items(rd)
+    cuts, records = plan_cuts(rd, model, s.task, s.samples, s.cut, s.limit)
+    if shard is None or shard[0] == 0:
+        _write_records(rd, model, s.task, records)
+    inputs = {(c["key"], c["cut"]): cut_input(c, s) for c in cuts}
+    rows = rd.rows(INTERVENTIONS)
+    stale = {(AttemptKey.of(x), x["cut"]) for x in rows if inputs.get((AttemptKey.of(x), x["cut"]), x.get("input")) != x.get("input")}
+    if stale:
+        rd.write_rows(INTERVENTIONS, [x for x in rows if (AttemptKey.of(x), x["cut"]) not in stale])
+        rows = rd.rows(INTERVENTIONS)
+    done = {(AttemptKey.of(x), x["cut"]) for x in rows}
+    for ci, c in enumerate(cuts):
         key = c["key"]
-        if (key, c["cut"]) in done:
+        if (shard is not None and ci % shard[1] != shard[0]) or (key, c["cut"]) in done:
             if progress:
                 progress(1)
             continue
@@ -225,18 +222,19 @@ def intervene_stage(rt: Any, run: Path, model: str | None = None, s: InterveneSe
             out.append({**key.fields(), "cut": c["cut"], "statement": c["stmt"].name, "comment": c["stmt"].comment,
                         "code_after": c["stmt"].code_after, "arm": a.arm, "k": k, "seed": seed,
                         "temperature": s.temperature, "dr": a.dr, "dc": a.dc, "distance": a.distance,
-                        "overlap": a.overlap, "continuation": g.text, "stop": g.stop, "n_tokens": len(g.tokens),
-                        "continued": continued_drawing(g.text)})
-        append_rows(path, out)
+                        "overlap": a.overlap, "continuation": clean_text(g.text), "stop": g.stop, "n_tokens": len(g.tokens),
+                        "continued": continued_drawing(g.text), "input": inputs[(key, c["cut"])]})
+        rd.append(INTERVENTIONS, out)
         if progress:
             progress(1)
-    return intervention_counts(run, model, s.task)
+    return intervention_counts(rd, model, s.task)
 
 
-def intervention_counts(run: Path, model: str, task: str) -> dict[str, Any]:
+def intervention_counts(run: Any, model: str, task: str) -> dict[str, Any]:
     """Counts of one model and task, from the rows written (never assumed)."""
-    rows = [x for x in read_rows(run / INTERVENTIONS) if (x["model"], x["task"]) == (model, task)]
-    recs = [x for x in read_rows(run / CUTS) if (x["model"], x["task"]) == (model, task)]
+    rd = reading(run)
+    rows = [x for x in rd.rows(INTERVENTIONS) if (x["model"], x["task"]) == (model, task)]
+    recs = [x for x in rd.rows(CUTS) if (x["model"], x["task"]) == (model, task)]
     cut_recs = [x for x in recs if x["status"] == "cut"]
     checks = [ok for x in cut_recs for ok in x["splice_identical"].values()]
     excluded: dict[str, int] = {}
@@ -348,7 +346,7 @@ def dose_response(rows: list[dict[str, Any]], bins: Iterable[float] = (0, 3, 5, 
     return out
 
 
-def plot_interventions(run: Path, table: list[dict[str, Any]], dose: list[dict[str, Any]], task: str = "layout") -> Path:
+def plot_interventions(rd: RunDir, table: list[dict[str, Any]], dose: list[dict[str, Any]], task: str = "layout") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -374,125 +372,34 @@ def plot_interventions(run: Path, table: list[dict[str, Any]], dose: list[dict[s
     a2.set_title("dose-response", fontsize=9)
     a1.legend(fontsize=7)
     fig.tight_layout()
-    out = run / f"interventions-{task}.png"
-    fig.savefig(out, metadata={"Software": None})
+    out = rd.save_figure(fig, f"interventions-{task}.png")
     plt.close(fig)
     return out
 
 
-# --------------------------------------------------------------------------- activation patching
-
-
-def patch_stage(rt: Any, run: Path, model: str | None = None, s: PatchSettings = PatchSettings(),
-                progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Patch resid_pre of layer L at the cut statement's tokens between `s.moved_arm` and null-asis, both
-    ways, and sample continuations; one row per (attempt key, cut, layer, direction) in RUN/patching.jsonl
-    (resumable). Cuts whose two statement lines have different token counts cannot be aligned and are
-    counted as skipped. Returns counts computed from the rows on disk."""
-    from interp.runtime import Sampling, StopRule
-
-    model = model or rt.info.name
-    item = _items(run)
-    layers = list(range(rt.info.n_layers)) if s.layers is None else list(s.layers)
-    path = run / PATCHING
-    done = {(AttemptKey.of(x), x["cut"], x["layer"], x["direction"]) for x in read_rows(path)}
-    skipped = 0
-    cuts, _ = plan_cuts(run, model, s.task, limit=s.limit)
-    src = {"moved->asis": (s.moved_arm, "null-asis"), "asis->moved": ("null-asis", s.moved_arm)}
-    for c in cuts:
-        if s.moved_arm not in {a.arm for a in c["arms"]}:
-            continue
-        key = c["key"]
-        shared, suffixes = _tokens(rt, c, item(key.task, key.prompt_id))
-        if len(suffixes[s.moved_arm]) != len(suffixes["null-asis"]):
-            skipped += 1
-            continue
-        span = len(suffixes["null-asis"])
-        if all((key, c["cut"], layer, d) in done for layer in layers for d in src):
-            if progress:
-                progress(len(layers))
-            continue
-        # each arm's residual stream at the statement tokens, every patched layer in one capture pass
-        acts = {}
-        for arm in (s.moved_arm, "null-asis"):
-            toks = shared + suffixes[arm]
-            acts[arm] = rt.capture([toks], [list(range(len(toks) - span, len(toks)))], layers)[0]  # [layers, span, d]
-        for li, layer in enumerate(layers):
-            hook_name = rt.hook_names([layer])[0]
-            for direction, (donor, target) in src.items():
-                if (key, c["cut"], layer, direction) in done:
-                    continue
-
-                def put(act: Any, hook: Any = None, donor_acts: Any = acts[donor][li]) -> Any:
-                    act[:, -span:, :] = donor_acts.to(act.device, act.dtype)
-                    return act
-
-                seeds = [derive_seed(s.seed, *key, c["cut"], "patch", layer, direction, k) for k in range(s.continuations)]
-                gens = rt.continue_batch(shared, [suffixes[target]] * s.continuations, [Sampling(s.temperature, x) for x in seeds],
-                                         StopRule(max_new_tokens=s.max_new_tokens, open_fence=True),
-                                         prefill_hooks=[(hook_name, put)])
-                cont = [continued_drawing(g.text) for g in gens]
-                append_rows(path, [{**key.fields(), "cut": c["cut"], "layer": layer, "direction": direction,
-                                    "moved_arm": s.moved_arm, "continuations": s.continuations, "continued": cont,
-                                    "rate": float(np.mean(cont)), "seeds": seeds}])
-                done.add((key, c["cut"], layer, direction))
-            if progress:
-                progress(1)
-    rows = [x for x in read_rows(path) if (x["model"], x["task"]) == (model, s.task)]
-    return {"model": model, "task": s.task, "rows": len(rows), "cuts": len({(AttemptKey.of(x), x["cut"]) for x in rows}),
-            "layers": sorted({x["layer"] for x in rows}), "cuts_with_unequal_token_counts": skipped}
-
-
-def patching_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Continued-drawing rate per (model, task, direction, layer) over cuts."""
-    out = []
-    for model, task, direction, layer in sorted({(r["model"], r["task"], r["direction"], r["layer"]) for r in rows}):
-        sel = [r for r in rows if (r["model"], r["task"], r["direction"], r["layer"]) == (model, task, direction, layer)]
-        out.append({"model": model, "task": task, "direction": direction, "layer": layer, "cuts": len(sel),
-                    "rate": float(np.mean([r["rate"] for r in sel]))})
-    return out
-
-
-def plot_patching(run: Path, rows: list[dict[str, Any]], task: str = "layout") -> Path | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    table = [r for r in patching_table(rows) if r["task"] == task]
-    if not table:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    for model, direction in sorted({(r["model"], r["direction"]) for r in table}):
-        sel = [r for r in table if (r["model"], r["direction"]) == (model, direction)]
-        ax.plot([r["layer"] for r in sel], [r["rate"] for r in sel], marker="o", label=f"{model} {direction}")
-    ax.set_xlabel("patched layer (resid_pre)")
-    ax.set_ylabel("continued drawing")
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"{task}: activation patching at the cut statement")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = run / f"patching-{task}.png"
-    fig.savefig(out, metadata={"Software": None})
-    plt.close(fig)
-    return out
-
-
-def summarise_interventions(run: Path, seed: int = 0, n_boot: int = 2000, n_perm: int = 2000) -> dict[str, Any] | None:
+def summarise_interventions(run: Any, seed: int = 0, n_boot: int = 2000, n_perm: int = 2000) -> dict[str, Any] | None:
     """Write RUN/interventions_table.json (arms, strata, dose-response, counts and exclusions per model and
     task, patching) and the plots, from the rows on disk; None without rows."""
-    rows = read_rows(run / INTERVENTIONS)
+    from experiments.stages.patch import patching_table, plot_patching
+
+    with writing(run) as rd:
+        return _summarise(rd, seed, n_boot, n_perm, patching_table, plot_patching)
+
+
+def _summarise(rd: RunDir, seed: int, n_boot: int, n_perm: int, patching_table: Any, plot_patching: Any) -> dict[str, Any] | None:
+    run = rd
+    rows = rd.rows(INTERVENTIONS)
     if not rows:
         return None
     table = arm_table(rows, n_boot=n_boot, n_perm=n_perm, seed=seed, strata=True)
     dose = dose_response(rows)
-    pairs = sorted({(r["model"], r["task"]) for r in rows} | {(r["model"], r["task"]) for r in read_rows(run / CUTS)})
+    pairs = sorted({(r["model"], r["task"]) for r in rows} | {(r["model"], r["task"]) for r in rd.rows(CUTS)})
     out: dict[str, Any] = {"arms": [r for r in table if r["stratum"] == "all"], "strata": [r for r in table if r["stratum"] != "all"],
                            "dose_response": dose, "counts": [intervention_counts(run, m, t) for m, t in pairs]}
-    patch_rows = read_rows(run / PATCHING)
+    patch_rows = rd.rows(RunDir.PATCHING)
     if patch_rows:
         out["patching"] = patching_table(patch_rows)
-    (run / "interventions_table.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    rd.write_json(RunDir.INTERVENTIONS_TABLE, out)
     for task in sorted({r["task"] for r in rows}):
         plot_interventions(run, table, dose, task)
     for task in sorted({r["task"] for r in patch_rows}):

@@ -24,20 +24,21 @@ import numpy as np
 
 from bench.layout.judge import png_bytes
 from bench.layout.prompts import by_id
-from experiments.generation import GENERATIONS, read_rows
 from experiments.rundir import AttemptKey, arm_of
-from experiments.render import read_renders, render_stage, row_key
+from experiments.rundir import RunDir, reading
+from experiments.stages.render import read_renders, row_key
 
 CHOICES = ("left", "right", "tie")
 
 
 def make_pairs(run: Path, n_pairs: int, seed: int) -> list[dict[str, Any]]:
-    render_stage(run)
+    # renders are made by the caller (the CLI renders missing attempts under the run lock first)
     prompts = by_id()
     renders = read_renders(run)
     valid: dict[str, list[dict[str, Any]]] = {}
-    for r in read_rows(run / GENERATIONS):
-        if r["task"] == "layout" and r["prompt_id"] in prompts and renders[row_key(r)]["outcome"] == "ok":
+    for r in reading(run).rows(RunDir.GENERATIONS):
+        x = renders.get(row_key(r))
+        if r["task"] == "layout" and r["prompt_id"] in prompts and x is not None and x["outcome"] == "ok":
             valid.setdefault(r["prompt_id"], []).append(r)
     rng = np.random.default_rng(seed)
     pairs = []
@@ -135,10 +136,8 @@ def import_answers(kit: Path, files: Sequence[Path], run: Path | None = None, ju
                            "answered": int(np.sum(~np.isnan(matrix)))}
     out["alpha_nominal"] = float(krippendorff.alpha(reliability_data=matrix, level_of_measurement="nominal")) if len(sheets) >= 2 else None
     if run is not None and judge is not None:
-        from experiments.judging import JUDGE_SCORES
-
         scores = {}
-        for r in read_rows(run / JUDGE_SCORES):
+        for r in reading(run).rows(RunDir.JUDGE_SCORES):
             if r["judge"] == judge:
                 scores[AttemptKey.of({**r, "task": r.get("task", "layout")}).json] = r["overall"]
         agree = total = 0

@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from experiments.cli import app
-from experiments.generation import GENERATIONS, append_rows
-from experiments.human import export_kit, import_answers
+from tests.experiments.runs import GENERATIONS, append
+from experiments.stages.human import export_kit, import_answers
 
 
 def _row(pid, sample, text, protocol="zero-shot"):
@@ -22,7 +22,10 @@ def run(tmp_path):
     for i, pid in enumerate(["1A-00", "1A-01", "2A-00", "3A-00"]):
         rows.append(_row(pid, 0, f"fill('white')\ncircle(12, 12, {3 + i}, 'red')"))
         rows.append(_row(pid, 0, f"fill('black')\nrect(2, 2, {5 + i}, 9, 'blue')", protocol="few-shot-2"))
-    append_rows(tmp_path / GENERATIONS, rows)
+    append(tmp_path, rows)
+    from experiments.stages.render import render_stage
+
+    render_stage(tmp_path, workers=1)  # the kit reads renders (the CLI renders what is missing first)
     return tmp_path
 
 

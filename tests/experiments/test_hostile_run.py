@@ -48,7 +48,7 @@ class StandIn:
 
 
 def write_generations(model: Path, out: Path) -> dict[str, list[str]]:
-    from experiments.generation import generate_stage
+    from experiments.stages.generate import generate_stage
     from experiments.study import StudyConfig, _settings, prompt_sets
     from interp.runtime import Runtime
 
@@ -91,8 +91,8 @@ def hostile_run(tmp_path_factory):
 
 def test_the_run_finishes_and_records_every_attempt(hostile_run):
     from bench.sandbox.runtime import OUTCOMES
-    from experiments.generation import GENERATIONS, read_rows
-    from experiments.render import read_renders, row_key
+    from tests.experiments.runs import GENERATIONS, read_rows
+    from experiments.stages.render import read_renders, row_key
 
     model, out, used, res = hostile_run
     assert res.returncode == 0, res.stderr[-4000:]
@@ -107,8 +107,8 @@ def test_the_run_finishes_and_records_every_attempt(hostile_run):
 
 
 def test_each_hostile_text_gets_its_outcome(hostile_run):
-    from experiments.generation import GENERATIONS, read_rows
-    from experiments.render import read_renders, row_key
+    from tests.experiments.runs import GENERATIONS, read_rows
+    from experiments.stages.render import read_renders, row_key
 
     model, out, used, res = hostile_run
     renders = read_renders(out)

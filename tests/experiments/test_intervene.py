@@ -5,10 +5,11 @@ import json
 import numpy as np
 
 from bench.intervene.splice import strip_digits
-from experiments.generation import GENERATIONS, append_rows, read_rows
-from experiments.intervention import (CUTS, INTERVENTIONS, PATCHING, InterveneSettings, PatchSettings, arm_table,
-                                      dose_response, intervene_stage, patch_stage, plan_cuts, plot_interventions,
-                                      summarise_interventions)
+from tests.experiments.runs import GENERATIONS, append, read_rows
+from experiments.rundir import RunDir
+from experiments.stages.intervene import (CUTS, INTERVENTIONS, InterveneSettings, arm_table, dose_response, intervene_stage,
+                                          plan_cuts, plot_interventions, summarise_interventions)
+from experiments.stages.patch import PATCHING, PatchSettings, patch_stage
 
 TEXTS = [
     "```python\nfill('white')\nrect(2, 2, 4, 4, 'red')\nrect(2, 10, 6, 6, 'blue')  # the blue box\n```",
@@ -24,8 +25,11 @@ def _row(pid, text, model="tiny", task="layout", sample=0):
 
 
 def _run(tmp_path, models=("tiny",), extra=()):
+    from experiments.stages.render import render_stage
+
     rows = [_row(f"1A-0{i}", t, m) for m in models for i, t in enumerate(TEXTS)]
-    append_rows(tmp_path / GENERATIONS, rows + list(extra))
+    append(tmp_path, rows + list(extra))
+    render_stage(tmp_path, workers=1)  # plan_cuts reads renders and never writes
 
 
 def test_intervene_stage_arms_seeds_resume_and_stats(tiny, tmp_path):
@@ -65,7 +69,8 @@ def test_intervene_stage_arms_seeds_resume_and_stats(tiny, tmp_path):
             assert abs((t["paired_rate"] - t["paired_asis_rate"]) - t["delta_vs_asis"]) < 1e-12
     dose = dose_response(rows)
     assert all(d["continuations"] > 0 for d in dose)
-    assert plot_interventions(tmp_path, table, dose).is_file()
+    with RunDir.writer(tmp_path) as rd:
+        assert plot_interventions(rd, table, dose).is_file()
 
 
 def test_a_second_model_with_the_same_programs_gets_its_own_continuations_and_patching(tiny, tmp_path):

@@ -7,9 +7,9 @@ import pytest
 
 from bench.layout.prompts import SUBCATEGORIES, LayoutPromptError, load_layout_prompts, validate
 from bench.layout.scoring import TRIVIAL_SHARE, dominant_share, is_trivial
-from experiments.generation import GENERATIONS, append_rows
-from experiments.layout import format_table, layout_table
-from experiments.render import read_renders, render_stage
+from tests.experiments.runs import GENERATIONS, append
+from experiments.stages.layout import format_table, layout_table
+from experiments.stages.render import read_renders, render_stage
 
 
 def test_the_150_prompts_load_and_follow_the_schema():
@@ -55,7 +55,7 @@ def test_render_stage_and_table(tmp_path):
             _row("1A-00", 1, "fill('blue')"),
             _row("2A-00", 0, "import pygame\npygame.init()"),
             _row("3A-00", 0, "fill('white')\nrect(0, 0, 12, 24, 'green')")]
-    append_rows(tmp_path / GENERATIONS, rows)
+    append(tmp_path, rows)
     render_stage(tmp_path, workers=1)
     r = read_renders(tmp_path)
     assert len(r) == 4
@@ -65,7 +65,7 @@ def test_render_stage_and_table(tmp_path):
     assert t["all"]["attempts"] == 4 and abs(t["all"]["valid_rate"] - 0.75) < 1e-12
     assert "trivial" in format_table(list(t.values()), "tier")
     # resumable: new rows are rendered, old ones are not redone
-    append_rows(tmp_path / GENERATIONS, [_row("3E-00", 0, "fill('black')")])
+    append(tmp_path, [_row("3E-00", 0, "fill('black')")])
     render_stage(tmp_path, workers=1)
     assert len(read_renders(tmp_path)) == 5
     subs = layout_table(tmp_path, "subcategory")
@@ -74,7 +74,7 @@ def test_render_stage_and_table(tmp_path):
 
 
 def test_paired_delta_bootstrap_known_answer_and_coverage():
-    from experiments.layout import paired_delta
+    from experiments.stages.layout import paired_delta
 
     a = {f"p{i}": [1.0, 2.0] for i in range(20)}
     b = {f"p{i}": [2.0, 3.0] for i in range(20)}
@@ -107,7 +107,7 @@ def test_svg_attempts_render_and_compare_with_canvas(tmp_path):
         s = dict(_row(pid, 0, "```svg\n" + svg + "\n```"), medium="svg")
         rows.append(s)
     rows.append(dict(_row("2A-01", 0, "<svg xmlns='http://www.w3.org/2000/svg'><script/></svg>"), medium="svg"))
-    append_rows(tmp_path / GENERATIONS, rows)
+    append(tmp_path, rows)
     render_stage(tmp_path, workers=1)
     r = read_renders(tmp_path)
     svg_rows = {k: v for k, v in r.items() if json.loads(k)[3] == "svg"}

@@ -109,10 +109,10 @@ def test_report_renders_in_headless_chromium(reference, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed (scripts/setup.sh installs it when apt-get is available)")
-    from experiments.generation import GENERATIONS, append_rows
-    from experiments.layout import layout_table
-    from experiments.render import render_stage
-    from experiments.report import write_report
+    from tests.experiments.runs import GENERATIONS, append
+    from experiments.stages.layout import layout_table
+    from experiments.stages.render import render_stage
+    from experiments.stages.report import write_report
 
     run = tmp_path / "run"
     shutil.copytree(reference, run)
@@ -122,7 +122,7 @@ def test_report_renders_in_headless_chromium(reference, tmp_path):
     rows = [{"task": "layout", "prompt_id": pid, "model": "demo", "protocol": "few-shot-2", "sample": k, "seed": k,
              "temperature": 0.7, "prefix": "", "text": programs[(i + k) % 3], "code": None, "n_tokens": 1, "stop": "eos",
              "entropy": [0.1], "mean_entropy": 0.1} for i, pid in enumerate(["1A-00", "2A-00", "3A-00"]) for k in range(3)]
-    append_rows(run / GENERATIONS, rows)
+    append(run, rows)
     render_stage(run, workers=1)
     (run / "layout_table.json").write_text(json.dumps(layout_table(run)))
     page_path = write_report(run)
@@ -165,8 +165,8 @@ def test_presets_and_the_svg_arm(model, tmp_path):
         StudyConfig.from_preset("huge")
     out = tmp_path / "svg"
     _run(model, out, "--svg", "--translation-prompts", "1")
-    from experiments.generation import read_rows
-    from experiments.render import read_renders
+    from experiments.rundir import read_rows
+    from experiments.stages.render import read_renders
 
     rows = read_rows(out / "generations.jsonl")
     svg_rows = [r for r in rows if r["medium"] == "svg"]
