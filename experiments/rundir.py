@@ -18,7 +18,7 @@ settings in `config.json`, builds the attempt key and derives seeds; stages ask 
 - **Atomic files.** Whole files are written to a temporary name, fsynced and renamed.
 
 An attempt is identified by `AttemptKey` (model, task, protocol, medium, prompt id, sample), in that
-order, with one spelling everywhere: resume checks, the `key` column of renders.h5, the seeds of
+order, with one spelling everywhere: resume checks, the `key` column of the render store, the seeds of
 derived work (continuations, patching, steering) and the grouping of every table. A key that leaves a
 field out is how a second model's work was once silently skipped (its programs coincided with the
 first model's), so derived stages key their units on the whole attempt key plus their own fields.
@@ -60,7 +60,7 @@ class AttemptKey(NamedTuple):
 
     @property
     def json(self) -> str:
-        """The key as stored in renders.h5 (a JSON list in field order)."""
+        """The key as stored in the render store (a JSON list in field order)."""
         return json.dumps(list(self))
 
     @property
@@ -186,7 +186,7 @@ class RunDir:
     CONFIG = "config.json"
     GENERATIONS = "generations.jsonl"
     PROMPTS = "prompts.jsonl"
-    RENDERS = "renders.h5"
+    RENDERS = "renders"
     TRANSLATION_REFS = "translation_refs.jsonl"
     TRANSLATION_SCORES = "translation_scores.jsonl"
     LAYOUT_TABLE = "layout_table.json"

@@ -71,7 +71,6 @@ def _row(model: str, task: str, pid: str, k: int, text: str) -> dict:
 def _values(run: Path, names: dict[str, str]) -> dict:
     """The run's result values, model paths replaced by stable names, integrity fields left out."""
     from activations.store import ActivationStore
-    from experiments.stages.report import write_report  # noqa: F401  (the report is read as text below)
 
     def clean(obj):
         if isinstance(obj, dict):
@@ -79,9 +78,7 @@ def _values(run: Path, names: dict[str, str]) -> dict:
         if isinstance(obj, list):
             return [clean(v) for v in obj]
         if isinstance(obj, str):
-            for path, name in names.items():
-                obj = obj.replace(path, name)
-            return obj
+            return names.get(obj, obj)
         return obj
 
     def rows(name):
@@ -118,10 +115,8 @@ def _values(run: Path, names: dict[str, str]) -> dict:
 
 
 def _renders(run: Path) -> dict:
-    try:
-        from experiments.stages.render import read_renders
-    except ImportError:
-        from experiments.stages.render import read_renders
+    from experiments.stages.render import read_renders
+
     return read_renders(run)
 
 
@@ -152,20 +147,21 @@ def _close(a, b, path="") -> list[str]:
 
 @pytest.fixture(scope="module")
 def golden_run(tmp_path_factory):
+    """The run, with the models named by relative paths from the run's parent folder: an attempt's key (and so
+    every derived seed) holds the model name, which must not depend on where the test runs."""
     from experiments.rundir import RunDir
 
     root = tmp_path_factory.mktemp("golden")
-    a = build_tiny(root / "a")
-    b = root / "b"
-    shutil.copytree(a, b)
+    build_tiny(root / "a")
+    shutil.copytree(root / "a", root / "b")
     out = root / "run"
     with RunDir.writer(out, "golden test") as rd:
-        rd.append(RunDir.GENERATIONS, _rows([str(a), str(b)]))
+        rd.append(RunDir.GENERATIONS, _rows(["a", "b"]))
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    res = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "--model", str(a), "--model", str(b), "--out",
-                          str(out), *ARGS], capture_output=True, text=True, env=env, timeout=900)
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "--model", "a", "--model", "b", "--out", "run", *ARGS],
+                         capture_output=True, text=True, env=env, timeout=900, cwd=root)
     assert res.returncode == 0, res.stderr[-3000:]
-    return out, {str(a): "model-a", str(b): "model-b"}
+    return out, {"a": "model-a", "b": "model-b"}
 
 
 def test_the_study_gives_the_pinned_values(golden_run):

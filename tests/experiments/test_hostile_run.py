@@ -74,7 +74,7 @@ def write_generations(model: Path, out: Path) -> dict[str, list[str]]:
 
 
 def run(model, out):
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     cmd = [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out), *ARGS]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
 

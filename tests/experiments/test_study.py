@@ -29,24 +29,40 @@ def _cmd(model, out, *extra):
 
 
 def _run(model, out, *extra, timeout=600):
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     res = subprocess.run(_cmd(model, out, *extra), capture_output=True, text=True, timeout=timeout, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     return res
 
 
 def _acts(run):
-    (path,) = sorted((run / "activations").glob("*.h5"))
+    (path,) = sorted(p for p in (run / "activations").iterdir() if p.is_dir())
     return path
 
 
-def _h5_equal(a, b):
-    import h5py
+def _acts_equal(a, b):
+    """The same stored activations, prompt for prompt and layer for layer (checksums verified on read)."""
     import numpy as np
 
-    with h5py.File(a) as fa, h5py.File(b) as fb:
-        for name in fa:
-            assert np.array_equal(fa[name][:], fb[name][:]), name
+    from activations.store import ActivationStore
+
+    sa, sb = ActivationStore(a), ActivationStore(b)
+    assert sa.prompt_ids == sb.prompt_ids and sa.tasks == sb.tasks and sa.inputs == sb.inputs and sa.shape == sb.shape
+    assert np.array_equal(sa.token_positions, sb.token_positions)
+    for layer in range(sa.shape[1]):
+        assert np.array_equal(sa.layer(layer), sb.layer(layer)), layer
+
+
+def _renders_equal(a, b):
+    import numpy as np
+
+    from experiments.stages.render import read_renders
+
+    ra, rb = read_renders(a), read_renders(b)
+    assert list(ra) == list(rb)
+    for k in ra:
+        for field in ra[k]:
+            assert np.array_equal(ra[k][field], rb[k][field]), (k, field)
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +82,13 @@ def test_run_end_to_end_and_deterministic(model, reference, tmp_path):
     _run(model, again)
     for f in RESULTS:
         assert (again / f).read_bytes() == (reference / f).read_bytes(), f
-    _h5_equal(again / "renders.h5", reference / "renders.h5")
-    _h5_equal(_acts(again), _acts(reference))
+    _renders_equal(again, reference)
+    _acts_equal(_acts(again), _acts(reference))
 
 
 def test_sigkill_at_several_points_then_resume(model, reference, tmp_path):
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     for delay in (4.0, 7.0, 10.0):
         p = subprocess.Popen(_cmd(model, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         time.sleep(delay)
@@ -81,12 +97,12 @@ def test_sigkill_at_several_points_then_resume(model, reference, tmp_path):
     _run(model, out)
     for f in RESULTS:
         assert (out / f).read_bytes() == (reference / f).read_bytes(), f
-    _h5_equal(_acts(out), _acts(reference))
+    _acts_equal(_acts(out), _acts(reference))
 
 
 def test_other_settings_are_refused(model, reference, tmp_path):
     shutil.copytree(reference, tmp_path / "run")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     res = subprocess.run(_cmd(model, tmp_path / "run", "--seed", "5"), capture_output=True, text=True, env=env)
     assert res.returncode == 2 and "other settings" in res.stderr
 
@@ -94,7 +110,7 @@ def test_other_settings_are_refused(model, reference, tmp_path):
 def test_shards_merge_to_the_same_files(model, reference, tmp_path):
     _run(model, tmp_path / "s0", "--shard", "0/2")
     _run(model, tmp_path / "s1", "--shard", "1/2")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     res = subprocess.run([sys.executable, "-m", "experiments.cli", "merge", str(tmp_path / "s0"), str(tmp_path / "s1"),
                           "--out", str(tmp_path / "merged")], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
@@ -102,7 +118,7 @@ def test_shards_merge_to_the_same_files(model, reference, tmp_path):
     _run(model, tmp_path / "merged")
     for f in RESULTS:
         assert (tmp_path / "merged" / f).read_bytes() == (reference / f).read_bytes(), f
-    _h5_equal(_acts(tmp_path / "merged"), _acts(reference))
+    _acts_equal(_acts(tmp_path / "merged"), _acts(reference))
 
 
 def test_report_renders_in_headless_chromium(reference, tmp_path):
@@ -149,7 +165,7 @@ def test_ray_backend_shards_and_merges_to_the_same_files(model, reference, tmp_p
     assert "ray: 2 shard tasks" in res.stderr
     for f in RESULTS:
         assert (tmp_path / "run" / f).read_bytes() == (reference / f).read_bytes(), f
-    _h5_equal(_acts(tmp_path / "run"), _acts(reference))
+    _acts_equal(_acts(tmp_path / "run"), _acts(reference))
 
 
 def test_presets_and_the_svg_arm(model, tmp_path):
