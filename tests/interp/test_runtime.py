@@ -28,18 +28,19 @@ def test_info_is_recorded(tiny):
     assert len(i.weights_digest) == 16 and json.dumps(i.as_dict())
 
 
-def test_plain_path_shares_weights_and_matches_the_bridge(tiny, tiny_folder):
-    assert tiny.plain is not None and tiny.plain is not tiny.bridge.original_model
-    shared = {p.data_ptr() for p in tiny.plain.parameters()}
-    assert shared == {p.data_ptr() for p in tiny.bridge.original_model.parameters()}
-    assert tiny.info.plain_attention == "sdpa" and tiny.bridge.original_model.config._attn_implementation == "eager"
-    exact = Runtime.from_folder(tiny_folder, name="tiny", plain_attention="eager")
+def test_bridge_shares_weights_and_matches_the_model(tiny, tiny_folder):
+    bridge = tiny.bridge  # booted on first use, around a twin of the model
+    assert bridge.original_model is not tiny.model
+    shared = {p.data_ptr() for p in tiny.model.parameters()}
+    assert shared == {p.data_ptr() for p in bridge.original_model.parameters()}
+    assert tiny.info.attention == "sdpa" and bridge.original_model.config._attn_implementation == "eager"
+    exact = Runtime.from_folder(tiny_folder, name="tiny", attention="eager")
     for rt, tol in ((tiny, 1e-4), (exact, 0.0)):  # sdpa: float rounding only; eager: the very same numbers
         bp = prompts(rt)
         ids, mask, _ = rt.pad([b.tokens for b in bp])
         with torch.inference_mode():
-            a, _ = rt._forward(ids, mask, None, hooked=False)
-            b, _ = rt._forward(ids, mask, None, hooked=True)
+            a, _ = rt._forward(ids, mask, None, "hf")
+            b, _ = rt._forward(ids, mask, None, "bridge")
         assert (a - b).abs().max().item() <= tol
 
 
@@ -140,7 +141,7 @@ def test_generation_respects_max_new_tokens_and_reports_stop(tiny):
 
 def test_compat_mode_is_recorded_and_has_no_plain_path(tiny_folder):
     rt = Runtime.from_folder(tiny_folder, name="tiny", compat=True)
-    assert rt.info.compat and rt.plain is None
+    assert rt.info.compat and rt.info.hooks == "bridge" and rt.info.attention == "eager"
     bp = prompts(rt)[0]
     assert len(rt.generate([bp.tokens], [Sampling()], NOSTOP)[0].tokens) == 12
 
@@ -159,17 +160,24 @@ def test_clear_errors(tmp_path):
         Runtime.load("smollm2-135m-instruct", dtype="int3")
 
 
-def test_unsupported_architecture_is_a_clear_error(tmp_path):
+def test_an_architecture_without_a_bridge_adapter_runs_on_forward_hooks(tmp_path):
     from transformers import DiffLlamaConfig, DiffLlamaForCausalLM
 
     from tests.interp.tiny import build_tiny
 
     folder = build_tiny(tmp_path / "m")  # a real causal LM that TransformerBridge has no adapter for
-    cfg = DiffLlamaConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    cfg = DiffLlamaConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2)
     DiffLlamaForCausalLM(cfg).save_pretrained(folder)
-    with pytest.raises(ModelError, match="DiffLlamaForCausalLM is not supported"):
-        Runtime.from_folder(folder)
+    rt = Runtime.from_folder(folder)
+    assert rt.info.architecture == "DiffLlamaForCausalLM" and rt.info.n_layers == 2
+    bp = prompts(rt)[0]
+    plain = rt.generate([bp.tokens], [Sampling()], NOSTOP)[0]
+    steered = rt.generate([bp.tokens], [Sampling()], NOSTOP, hooks=[("blocks.1.hook_resid_pre", lambda a, hook: a + 50.0)])[0]
+    assert len(plain.tokens) == 12 and steered.tokens != plain.tokens
+    assert rt.capture([bp.tokens], [[0, 1]]).shape == (1, 3, 2, 32)
+    with pytest.raises(ModelError, match="TransformerBridge cannot adapt DiffLlamaForCausalLM"):
+        rt.generate([bp.tokens], [Sampling()], NOSTOP, hooks=[("blocks.0.attn.hook_pattern", lambda a, hook: a)])
 
 
 def test_shared_prefix_continuations_equal_full_generation(tiny):
