@@ -224,13 +224,21 @@ def _load_items(task: Optional[str], prompts: Optional[Path], limit: Optional[in
     return items[:limit] if limit else items
 
 
-def _runtime(model: str, device: Optional[str], dtype: Optional[str], compat: bool):
+TRUST_OPT = typer.Option(False, "--trust-remote-code",
+                         help="Run the model folder's own modeling code (auto_map), e.g. the original GLM-4 9B; only code you trust.")
+DEVICE_MAP_OPT = typer.Option(None, "--device-map", help="auto: spread the blocks over every visible GPU (default: all on --device).")
+QUANTIZE_OPT = typer.Option(None, "--quantize", help="8bit or 4bit weights through bitsandbytes (GPU).")
+
+
+def _runtime(model: str, device: Optional[str], dtype: Optional[str], compat: bool, trust_remote_code: bool = False,
+             device_map: Optional[str] = None, quantize: Optional[str] = None):
     from interp.models import ModelError
     from interp.runtime import Runtime, describe
 
     typer.echo(f"loading {model} ...", err=True)
     try:
-        rt = Runtime.load(model, device=device, dtype=dtype, compat=compat)
+        rt = Runtime.load(model, device=device, dtype=dtype, compat=compat, trust_remote_code=trust_remote_code,
+                          device_map=device_map, quantize=quantize)
     except ModelError as e:
         fail(str(e))
     typer.echo(f"loaded {describe(rt)}", err=True)
@@ -255,6 +263,9 @@ def generate(
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:1 ... (default: cuda if present)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16, float16 (default: bf16 on GPU, fp32 on CPU)."),
     compat: bool = typer.Option(False, "--compat/--no-compat", help="TransformerLens compatibility mode (processed weights)."),
+    trust_remote_code: bool = TRUST_OPT,
+    device_map: Optional[str] = DEVICE_MAP_OPT,
+    quantize: Optional[str] = QUANTIZE_OPT,
     check: bool = typer.Option(True, "--check/--no-check", help="Render the attempts (RUN/renders.h5) and print validity."),
 ) -> None:
     """Generate 1 greedy + N sampled canvas programs per prompt into RUN/generations.jsonl (resumable)."""
@@ -266,7 +277,7 @@ def generate(
     from interp.prompts import PromptError
 
     items = _load_items(task, prompts, limit)
-    rt = _runtime(model, device, dtype, compat)
+    rt = _runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
     if output not in ("canvas", "svg"):
         fail("--output must be canvas or svg")
     settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots, output)
@@ -306,6 +317,11 @@ def capture(
     device: Optional[str] = typer.Option(None, "--device"),
     dtype: Optional[str] = typer.Option(None, "--dtype"),
     compat: bool = typer.Option(False, "--compat/--no-compat"),
+    final_site: str = typer.Option("pre-norm", "--final-site",
+                                   help="The last site: pre-norm (the last block's output) or post-norm (the final norm's output)."),
+    trust_remote_code: bool = TRUST_OPT,
+    device_map: Optional[str] = DEVICE_MAP_OPT,
+    quantize: Optional[str] = QUANTIZE_OPT,
 ) -> None:
     """Capture the residual stream (every layer, 3 token positions per prompt) into HDF5."""
     from tqdm import tqdm
@@ -314,12 +330,15 @@ def capture(
     from interp.prompts import PromptError, Protocol
 
     items = _load_items(task, prompts, limit)
-    rt = _runtime(model, device, dtype, compat)
+    if final_site not in ("pre-norm", "post-norm"):
+        fail("--final-site must be pre-norm or post-norm")
+    rt = _runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
     from experiments.generation import capture_stage
 
     try:
         with tqdm(total=len(items), desc=f"capture {model}", unit="prompt", disable=None) as bar:
-            path = capture_stage(rt, items, out, Protocol(protocol, shots), store_dtype, batch_size, model, bar.update)
+            path = capture_stage(rt, items, out, Protocol(protocol, shots), store_dtype, batch_size, model, bar.update,
+                                 final=final_site)
     except (StoreError, PromptError) as e:
         fail(str(e))
     with ActivationStore(path) as s:
@@ -580,6 +599,9 @@ def intervene(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N cuts."),
     device: Optional[str] = typer.Option(None, "--device"),
     dtype: Optional[str] = typer.Option(None, "--dtype"),
+    trust_remote_code: bool = TRUST_OPT,
+    device_map: Optional[str] = DEVICE_MAP_OPT,
+    quantize: Optional[str] = QUANTIZE_OPT,
 ) -> None:
     """Splice coordinates into the model's own code (4 arms) and sample continuations; rates, deltas, dose-response."""
     from bench.intervene.splice import ARMS
@@ -591,7 +613,7 @@ def intervene(
     bad = set(arms or []) - set(ARMS)
     if bad:
         fail(f"unknown arms {sorted(bad)}: use {', '.join(ARMS)}")
-    rt = _runtime(model, device, dtype, False)
+    rt = _runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     counts = intervene_stage(rt, run, model, arms or ARMS, continuations, temperature, max_new_tokens, seed, cut, limit)
     typer.echo(json.dumps(counts))
     rows = [r for r in read_rows(run / INTERVENTIONS) if r["model"] == model]
@@ -615,13 +637,16 @@ def patch(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N cuts."),
     device: Optional[str] = typer.Option(None, "--device"),
     dtype: Optional[str] = typer.Option(None, "--dtype"),
+    trust_remote_code: bool = TRUST_OPT,
+    device_map: Optional[str] = DEVICE_MAP_OPT,
+    quantize: Optional[str] = QUANTIZE_OPT,
 ) -> None:
     """Activation patching at the cut: swap resid_pre at the statement's tokens between arms, per layer."""
     from experiments.intervention import patch_stage, plot_patching
 
     if moved_arm not in ("moved-used", "moved-unused"):
         fail("--moved-arm must be moved-used or moved-unused")
-    rt = _runtime(model, device, dtype, False)
+    rt = _runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     rows = patch_stage(rt, run, model, layers, continuations, 0.7, max_new_tokens, seed, moved_arm, limit)
     per = {}
     for r in rows:
@@ -648,13 +673,16 @@ def steer(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
     device: Optional[str] = typer.Option(None, "--device"),
     dtype: Optional[str] = typer.Option(None, "--dtype"),
+    trust_remote_code: bool = TRUST_OPT,
+    device_map: Optional[str] = DEVICE_MAP_OPT,
+    quantize: Optional[str] = QUANTIZE_OPT,
 ) -> None:
     """Steer generation along the probe direction for a region; print the region's occupancy per strength."""
     from experiments.steering import REGIONS, steer_stage
 
     if region not in REGIONS:
         fail(f"--region must be one of {', '.join(REGIONS)}")
-    rt = _runtime(model, device, dtype, False)
+    rt = _runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     if not 0 <= layer < rt.info.n_layers:
         fail(f"--layer must be in 0..{rt.info.n_layers - 1}")
     try:

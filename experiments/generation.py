@@ -226,18 +226,21 @@ def regenerate(runtime: Any, item: PromptItem, row: dict[str, Any], s: GenerateS
 
 def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol: Protocol, dtype: str = "float32",
                   batch_size: int = 8, model: str | None = None,
-                  progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None) -> Path:
-    """Residual stream at the three positions, every layer, for every prompt, into RUN/activations/."""
+                  progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None,
+                  final: str = "pre-norm") -> Path:
+    """Residual stream at the three positions, every layer, for every prompt, into RUN/activations/.
+
+    The last site is the residual before the final norm, or its output with final="post-norm"."""
     import numpy as np
 
     from activations.store import ActivationWriter
 
     model = model or runtime.info.name
     built = [build(it, protocol, runtime.tokenizer, chat=runtime.info.chat) for it in items]
-    names = runtime.hook_names()
+    names = runtime.hook_names(final=final)
     meta = {
         "model": runtime.info.as_dict(), "hook_names": names, "canonical_hooks": list(runtime.canonical_hooks(names)),
-        "positions": list(POSITIONS), "protocol": built[0].protocol if built else protocol.name,
+        "final_site": final, "positions": list(POSITIONS), "protocol": built[0].protocol if built else protocol.name,
         "position_definitions": {
             "subject": "last token starting before the end of the subject span",
             "turn": "last token starting before the end of the user's request",
@@ -255,7 +258,7 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Path, protocol
                     progress(len(built[i: i + batch_size]))
                 continue
             pos = [[b.positions[k] for k in POSITIONS] for b in batch]
-            acts = runtime.capture([b.tokens for b in batch], pos)
+            acts = runtime.capture([b.tokens for b in batch], pos, final=final)
             w.append([b.item_id for b in batch], acts.numpy(), np.asarray(pos))
             if progress:
                 progress(len(batch))
