@@ -204,3 +204,84 @@ def test_prefill_hooks_patch_only_the_suffix_block(tiny):
     plain = tiny.continue_batch(list(bp.tokens), [[5, 6]], [Sampling()], rule)[0]
     patched = tiny.continue_batch(list(bp.tokens), [[5, 6]], [Sampling()], rule, prefill_hooks=[("blocks.1.hook_resid_pre", patch)])[0]
     assert calls == [2] and patched.tokens != plain.tokens
+
+
+def test_forward_hooks_equal_the_bridge_bit_for_bit_when_the_model_runs_eager(tiny_folder):
+    from hooks.steer import add_direction
+
+    rt = Runtime.from_folder(tiny_folder, name="tiny", attention="eager")
+    bp = prompts(rt)
+    toks = [b.tokens for b in bp]
+    pos = [[b.positions[k] for k in POSITIONS] for b in bp]
+    prefix, donor, target = list(bp[0].tokens), [5, 6, 7], [8, 9, 10]
+    span = rt.capture([prefix + donor], [[len(prefix), len(prefix) + 1, len(prefix) + 2]], layers=[1])[0, 0]
+
+    def put(act, hook=None):
+        act[:, -3:, :] = span.to(act.dtype)
+        return act
+
+    def run():
+        vec = np.linspace(-3.0, 3.0, rt.info.d_model)
+        return (rt.capture(toks, pos), rt.capture(toks, pos, layers=[2], final="post-norm"),
+                rt.continue_batch(prefix, [target, target[:1]], [Sampling(), Sampling(1.0, 9)], NOSTOP,
+                                  prefill_hooks=[("blocks.1.hook_resid_pre", put)]),
+                rt.generate(toks, [Sampling()] * 3, NOSTOP, hooks=[("blocks.1.hook_resid_post", add_direction(vec))]))
+
+    mine = run()
+    with rt.via_bridge():
+        ref = run()
+    assert torch.equal(mine[0], ref[0]) and torch.equal(mine[1], ref[1])
+    for a, b in zip(mine[2:], ref[2:]):
+        assert [g.tokens for g in a] == [g.tokens for g in b] and [g.entropy for g in a] == [g.entropy for g in b]
+
+
+def test_steering_the_final_residual_has_the_constructed_effect(tiny):
+    """Adding v to the last block's output: the first step's distribution is softmax(unembed(norm(x + v)))."""
+    from hooks.steer import add_direction
+
+    bp = prompts(tiny)[1]
+    n = tiny.info.n_layers
+    v = np.linspace(-2.0, 2.0, tiny.info.d_model)
+    x = tiny.capture([bp.tokens], [[len(bp.tokens) - 1]], layers=[n])[0, 0, 0]
+    with torch.inference_mode():
+        logits = tiny.model.get_output_embeddings()(tiny.sites.norm(x + torch.as_tensor(v, dtype=torch.float32)))
+    logp = torch.log_softmax(logits, -1)
+    want_entropy = float(-(logp.exp() * logp).sum())
+    g = tiny.generate([bp.tokens], [Sampling()], NOSTOP, hooks=[(f"blocks.{n - 1}.hook_resid_post", add_direction(v))])[0]
+    assert g.tokens[0] == int(logits.argmax()) and abs(g.entropy[0] - want_entropy) < 1e-4
+    plain = tiny.generate([bp.tokens], [Sampling()], NOSTOP)[0]
+    assert abs(plain.entropy[0] - want_entropy) > 1e-3  # the vector did change the distribution
+
+
+def test_prefill_hooks_change_only_each_rows_suffix(tiny):
+    """A short suffix's row recomputes a few prefix tokens beside it; a prefill hook must not reach them."""
+    prefix = tiny.tokenizer("Draw the flag of Germany. A cat sitting on a mat.")["input_ids"]
+    rule = StopRule(max_new_tokens=6, eos=False, fence=False)
+
+    def shove(act, hook=None):
+        return act.flip(-1) * 10.0  # every position of the block
+
+    hooks = [("blocks.1.hook_resid_pre", shove)]
+    together = tiny.continue_batch(prefix, [[5], [6, 7, 8, 9]], [Sampling(), Sampling()], rule, prefill_hooks=hooks)
+    for sfx, g in zip([[5], [6, 7, 8, 9]], together):
+        alone = tiny.continue_batch(prefix, [sfx], [Sampling()], rule, prefill_hooks=hooks)[0]
+        assert alone.tokens == g.tokens and np.allclose(alone.entropy, g.entropy, atol=1e-5)
+
+
+def test_forward_hook_names_aliases_and_none(tiny):
+    bp = prompts(tiny)[0]
+    seen = []
+
+    def note(act, hook):
+        seen.append(hook.name)  # returns None: the tensor is kept
+
+    names = ["blocks.0.hook_resid_pre", "blocks.0.hook_in", "blocks.1.hook_out", "blocks.1.hook_resid_post", "ln_final.hook_out"]
+    plain = tiny.generate([bp.tokens], [Sampling()], NOSTOP)[0]
+    hooked = tiny.generate([bp.tokens], [Sampling()], NOSTOP, hooks=[(n, note) for n in names])[0]
+    assert hooked.tokens == plain.tokens and hooked.entropy == plain.entropy
+    assert seen[:5] == ["blocks.0.hook_in", "blocks.0.hook_in", "blocks.1.hook_out", "blocks.1.hook_out", "ln_final.hook_out"]
+    assert tiny.hook_names([2], final="post-norm") == ["ln_final.hook_out"]
+    assert tiny.canonical_hooks(["ln_final.hook_out", "blocks.1.hook_resid_post"]) == {
+        "ln_final.hook_out": ["ln_final.hook_out"], "blocks.1.hook_out": ["blocks.1.hook_resid_post"]}
+    with pytest.raises(ValueError, match="final site"):
+        tiny.hook_names(final="middle")
