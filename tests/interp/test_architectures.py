@@ -14,7 +14,7 @@ For each tiny random model (tests/interp/archs.py) and dtype:
 - bridge (float32, architectures TransformerBridge adapts): capture, patch and steer through the
   bridge equal the forward-hook path.
 With AMBENCH_ARCH_MATRIX=path set, each case appends its results as a JSON line there
-(`perf/architecture_table.py` turns them into the table in docs/runtime.md).
+(`scripts/architecture_table.py` turns them into the table in docs/runtime.md).
 """
 
 from __future__ import annotations

@@ -69,3 +69,21 @@ def test_generate_cli_end_to_end(real, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "generations.jsonl").read_text().splitlines()]
     assert [r["sample"] for r in rows] == [0, 1] and all(r["model"] == name for r in rows)
     assert "valid" in res.output
+
+
+def test_continuations_equal_generating_alone_on_the_real_model(real):
+    """Suffixes of different lengths after a prefix longer than gemma3-270m's 512-token window."""
+    import numpy as np
+
+    from interp.runtime import Sampling, StopRule
+
+    proto = Protocol("few-shot", 2) if real.info.chat else Protocol("completion", 2)
+    toks = build(translation_items(["s000"])[0], proto, real.tokenizer).tokens
+    assert len(toks) > 600
+    prefix, suffixes = toks[:-6], [toks[-6:-5], toks[-6:-3], toks[-6:]]
+    rule = StopRule(max_new_tokens=8, eos=False, fence=False)
+    shared = real.continue_batch(prefix, suffixes, [Sampling()] * 3, rule)
+    for sfx, g in zip(suffixes, shared):
+        alone = real.generate([prefix + sfx], [Sampling()], rule)[0]
+        # the old layout (padding inside the window) was off by ~7e-3 nats here
+        assert alone.tokens == g.tokens and np.allclose(alone.entropy, g.entropy, atol=1e-4)
