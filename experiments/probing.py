@@ -214,7 +214,7 @@ def plot_probes(run: Path, rows: list[dict[str, Any]]) -> list[Path]:
                 if ceil and ceil[0]["ceiling"] == ceil[0]["ceiling"]:
                     ax.axhline(ceil[0]["ceiling"], ls=":", color="black", label="split-half ceiling")
             ax.axhline(0, color="black", lw=0.5)
-            ax.set_xlabel("layer (0 = embeddings; last = final resid_post)")
+            ax.set_xlabel("layer L = input of block L (0 = embeddings); last = final residual, before the final norm")
             ax.set_ylabel("outer pooled R^2 (nested CV)")
             ax.set_title(f"{model}: occupancy probe{' - shared vs specific' if kind else ''}")
             ax.legend(fontsize=7)
