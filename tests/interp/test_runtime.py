@@ -139,7 +139,7 @@ def test_generation_respects_max_new_tokens_and_reports_stop(tiny):
         assert all(e >= 0 for e in g.entropy)
 
 
-def test_compat_mode_is_recorded_and_has_no_plain_path(tiny_folder):
+def test_compat_mode_is_recorded_and_runs_through_the_bridge(tiny_folder):
     rt = Runtime.from_folder(tiny_folder, name="tiny", compat=True)
     assert rt.info.compat and rt.info.hooks == "bridge" and rt.info.attention == "eager"
     bp = prompts(rt)[0]
