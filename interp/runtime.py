@@ -191,12 +191,12 @@ def _quantization_config(quantize: str | None, dtype: Any) -> Any:
 class Runtime:
     """A loaded model: the Hugging Face model, its tokenizer, its residual hook points, and `info`."""
 
-    def __init__(self, model: Any, tokenizer: Any, info: ModelInfo, bridge: Any | None = None,
+    def __init__(self, model: Any, tokenizer: Any, info: ModelInfo, sites: ResidualSites, bridge: Any | None = None,
                  bridge_factory: Callable[[], Any] | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.info = info
-        self.sites = ResidualSites(model)
+        self.sites = sites
         self.device = info.device
         self._bridge = bridge
         self._bridge_factory = bridge_factory
@@ -283,7 +283,9 @@ class Runtime:
         used = getattr(hf.config, "_attn_implementation", None) or "eager"
         note = ""
         if attention is None and used != "sdpa":
-            note = f"{arch} has no sdpa kernel in this transformers version; runs {used}"
+            import transformers
+
+            note = f"{arch} has no sdpa kernel (transformers {transformers.__version__}); runs {used}"
         try:
             sites = ResidualSites(hf)
         except SiteError as e:
@@ -313,8 +315,10 @@ class Runtime:
                 twin = copy.deepcopy(twin_of, memo)
                 twin.set_attn_implementation("eager")
             try:
-                bridge = TransformerBridge.boot_transformers(str(folder), hf_model=twin, tokenizer=tokenizer,
-                                                             device=in_device, dtype=dtype)
+                # booted lazily, possibly inside a generate call: never make its tensors inference-only
+                with torch.inference_mode(False):
+                    bridge = TransformerBridge.boot_transformers(str(folder), hf_model=twin, tokenizer=tokenizer,
+                                                                 device=in_device, dtype=dtype)
             except Exception as e:  # noqa: BLE001
                 raise ModelError(f"TransformerBridge cannot adapt {arch} ({type(e).__name__}: {e}); on this model only "
                                  f"residual-stream hooks run (blocks.L.hook_resid_pre/post, {FINAL_NORM_SITE})") from None
@@ -324,7 +328,7 @@ class Runtime:
             return bridge
 
         bridge = boot() if compat else None
-        return cls(hf, tokenizer, info, bridge=bridge, bridge_factory=None if compat else boot)
+        return cls(hf, tokenizer, info, sites, bridge=bridge, bridge_factory=None if compat else boot)
 
     @property
     def bridge(self) -> Any:
