@@ -12,7 +12,9 @@ end (prefill and every decode step), so one call never mixes attention kernels:
   which are all the stages use, run as PyTorch forward hooks on the model's own decoder blocks
   (`interp.residual`). A hooked call is the unhooked call plus the hooks: an identity patch or a zero
   steering vector is an exact no-op in every dtype, and one steering hook costs ~nothing
-  (perf/bench_generation.py: 0.69x/0.58x of Hugging Face through the bridge at b=1/8, ~1.0x this way).
+  (perf/bench_generation.py, SmolLM2, b=1: 1.01x of Hugging Face with one steering hook this way vs
+  0.64x through the bridge, side by side on a loaded machine; the issue measured 0.69x/0.58x at
+  b=1/8 through the bridge on an idle one).
   It works on any architecture whose blocks form one `ModuleList`, remote-code ones included.
 - any other hook name goes through a TransformerLens `TransformerBridge`, booted on first use around
   a second module tree that shares every weight tensor (no copy) and runs eager attention (the
