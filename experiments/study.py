@@ -67,6 +67,9 @@ class StudyConfig:
     seed: int = 0  #: the run seed: every random draw derives from it
     device: str | None = None  #: cpu, cuda, cuda:1 ... (default: cuda when present)
     dtype: str | None = None  #: float32, bfloat16, float16 (default: bf16 on a GPU, fp32 on a CPU)
+    trust_remote_code: bool = False  #: run model folders' own modeling code (only code you trust)
+    device_map: str | None = None  #: "auto" spreads a model's blocks over every visible GPU
+    quantize: str | None = None  #: "8bit" or "4bit" weights through bitsandbytes (GPU)
     judge_url: str | None = None  #: an OpenAI-compatible VLM endpoint; judging runs when given
     judge_model: str | None = None  #: the model name that endpoint serves
     judge_name: str | None = None  #: a name for the judge (default: the model name)
@@ -234,7 +237,8 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
     from interp.runtime import Runtime, describe
 
     say(f"[model {m}] loading")
-    rt = Runtime.load(m, device=c.device, dtype=c.dtype)
+    rt = Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code, device_map=c.device_map,
+                      quantize=c.quantize)
     say(f"[model {m}] {describe(rt)}")
     for task, output in c.arms():
         gs = c.generate(task, output)

@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, RunOpt, SeedOpt, TaskOpt, app, fail, run_writer, runtime
+from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, QuantizeOpt, RunOpt, SeedOpt, TaskOpt,
+                                    TrustOpt, app, fail, run_writer, runtime)
 
 
 @app.command()
@@ -63,6 +64,9 @@ def intervene(
     limit: LimitOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
 ) -> None:
     """Splice coordinates into the model's own code (4 arms) and sample continuations; rates, deltas, dose-response."""
     from bench.intervene.splice import ARMS
@@ -76,7 +80,7 @@ def intervene(
     s = InterveneSettings(task=task, arms=tuple(arms or ARMS), continuations=continuations, temperature=temperature,
                           max_new_tokens=max_new_tokens, seed=seed, cut=cut, samples=tuple(samples) if samples else None,
                           limit=limit)
-    rt = runtime(model, device, dtype)
+    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     with run_writer(run, "ambench intervene") as rd:
         counts = intervene_stage(rt, rd, model, s)
         typer.echo(json.dumps(counts))
@@ -102,6 +106,9 @@ def patch(
     limit: LimitOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
 ) -> None:
     """Activation patching at the cut: swap resid_pre at the statement's tokens between arms, per layer."""
     from experiments.rundir import RunDir
@@ -111,7 +118,7 @@ def patch(
         fail("--moved-arm must be moved-used or moved-unused")
     s = PatchSettings(task=task, layers=tuple(layers) if layers else None, moved_arm=moved_arm, continuations=continuations,
                       temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
-    rt = runtime(model, device, dtype)
+    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     with run_writer(run, "ambench patch") as rd:
         counts = patch_stage(rt, rd, model, s)
         typer.echo(json.dumps(counts))
@@ -138,13 +145,16 @@ def steer(
     limit: LimitOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
 ) -> None:
     """Steer generation along the probe direction for a region; print the region's occupancy per strength."""
     from experiments.steering import REGIONS, SteerSettings, steer_stage
 
     if region not in REGIONS:
         fail(f"--region must be one of {', '.join(REGIONS)}")
-    rt = runtime(model, device, dtype)
+    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     if not 0 <= layer < rt.info.n_layers:
         fail(f"--layer must be in 0..{rt.info.n_layers - 1}")
     s = SteerSettings(layer=layer, task=task, region=region, strengths=tuple(strengths), position=position, samples=samples,

@@ -39,6 +39,12 @@ OutRunOpt = Annotated[Path, typer.Option("--out", help="Run directory; an existi
 SeedOpt = Annotated[int, typer.Option("--seed", help="Run seed; every random draw derives from it and is recorded.")]
 LimitOpt = Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N.")]
 TaskOpt = Annotated[str, typer.Option("--task", help="translation or layout (stages are per task).")]
+TrustOpt = Annotated[bool, typer.Option("--trust-remote-code",
+                                        help="Run the model folder's own modeling code (auto_map), e.g. the original GLM-4 9B; "
+                                             "only code you trust.")]
+DeviceMapOpt = Annotated[Optional[str], typer.Option("--device-map",
+                                                     help="auto: spread the blocks over every visible GPU (default: all on --device).")]
+QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="8bit or 4bit weights through bitsandbytes (GPU).")]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -120,14 +126,16 @@ def load_items(task: Optional[str], prompts: Optional[Path], limit: Optional[int
     return items[:limit] if limit else items
 
 
-def runtime(model: str, device: Optional[str], dtype: Optional[str], compat: bool = False) -> Any:
+def runtime(model: str, device: Optional[str], dtype: Optional[str], compat: bool = False, trust_remote_code: bool = False,
+            device_map: Optional[str] = None, quantize: Optional[str] = None) -> Any:
     from experiments.study import check_models
     from interp.runtime import Runtime, describe
 
     typer.echo(f"loading {model} ...", err=True)
     with boundary():
         check_models((model,))
-        rt = Runtime.load(model, device=device, dtype=dtype, compat=compat)
+        rt = Runtime.load(model, device=device, dtype=dtype, compat=compat, trust_remote_code=trust_remote_code,
+                          device_map=device_map, quantize=quantize)
     typer.echo(f"loaded {describe(rt)}", err=True)
     return rt
 

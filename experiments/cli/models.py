@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import (CompatOpt, DeviceOpt, DtypeOpt, LimitOpt, OutRunOpt, SeedOpt, app, bar, boundary, fail,
-                                    load_items, run_writer, runtime)
+from experiments.cli.common import (CompatOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, OutRunOpt, QuantizeOpt, SeedOpt,
+                                    TrustOpt, app, bar, boundary, fail, load_items, run_writer, runtime)
 
 PromptsOpt = typer.Option(None, "--prompts", help="Prompt file (JSONL: id, text, task, subject; any task label).")
 TaskSetOpt = typer.Option(None, "--task", help="translation or layout (the built-in prompt set when --prompts is not given).")
@@ -33,6 +33,9 @@ def generate(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     compat: CompatOpt = False,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
     check: bool = typer.Option(True, "--check/--no-check", help="Render the attempts (RUN/renders/) and print validity."),
 ) -> None:
     """Generate 1 greedy + N sampled programs per prompt into RUN/generations.jsonl (resumable)."""
@@ -45,7 +48,7 @@ def generate(
         fail("--output must be canvas or svg")
     items = load_items(task, prompts, limit)
     settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots, output)
-    rt = runtime(model, device, dtype, compat)
+    rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
     with run_writer(out, "ambench generate") as rd:
         t0, tokens = time.perf_counter(), [0]
         with bar(len(items) * (samples + 1), f"generate {model}", "attempt") as b:
@@ -82,6 +85,11 @@ def capture(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     compat: CompatOpt = False,
+    final_site: str = typer.Option("pre-norm", "--final-site",
+                                   help="The last site: pre-norm (the last block's output) or post-norm (the final norm's output)."),
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
 ) -> None:
     """Capture the residual stream (every layer, 3 token positions per prompt) into RUN/activations/<model>/."""
     from activations.store import ActivationStore
@@ -89,11 +97,13 @@ def capture(
 
     if store_dtype not in ("float32", "float16"):
         fail("--store-dtype must be float32 or float16")
+    if final_site not in ("pre-norm", "post-norm"):
+        fail("--final-site must be pre-norm or post-norm")
     items = load_items(task, prompts, limit)
-    rt = runtime(model, device, dtype, compat)
+    rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
     with run_writer(out, "ambench capture") as rd:
         with bar(len(items), f"capture {model}", "prompt") as b:
-            path = capture_stage(rt, items, rd, CaptureSettings(protocol, shots, store_dtype, batch_size), model, b.update,
+            path = capture_stage(rt, items, rd, CaptureSettings(protocol, shots, store_dtype, batch_size, final_site), model, b.update,
                                  say=lambda m: typer.echo(m, err=True))
         with boundary():
             st = ActivationStore(path)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import DeviceOpt, DtypeOpt, app, boundary, fail
+from experiments.cli.common import DeviceMapOpt, DeviceOpt, DtypeOpt, QuantizeOpt, TrustOpt, app, boundary, fail
 
 
 @app.command("run")
@@ -27,6 +27,9 @@ def run_cmd(
     svg: Optional[bool] = typer.Option(None, "--svg/--no-svg", help="Also run the SVG arm (default: on in the paper preset)."),
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
     judge_url: Optional[str] = typer.Option(None, "--judge-url", help="OpenAI-compatible VLM endpoint; judging runs when given."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model"),
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only this shard's work units (for batch schedulers)."),
@@ -44,7 +47,8 @@ def run_cmd(
         c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
                                     layout_per_subcategory=layout_per_subcategory, samples=samples,
                                     translation_samples=translation_samples, max_new_tokens=max_new_tokens, protocol=protocol,
-                                    svg=svg, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model)
+                                    svg=svg, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
+                                    trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize)
         sh = parse_shard(shard) if shard else None
     except ValueError as e:
         fail(str(e))

@@ -24,6 +24,7 @@ class CaptureSettings:
     shots: int = 2  #: worked examples of few-shot and completion protocols
     store_dtype: str = "float32"  #: float32 or float16 on disk
     batch_size: int = 8  #: prompts per forward pass (and per resumable work unit)
+    final_site: str = "pre-norm"  #: the last site: the last block's output (pre-norm) or the final norm's output
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,9 +48,9 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Any, s: Captur
     model = model or runtime.info.name
     protocol = Protocol(s.protocol, s.shots)
     built = [(it.task, build(it, protocol, runtime.tokenizer, chat=runtime.info.chat)) for it in items]
-    names = runtime.hook_names()
+    names = runtime.hook_names(final=s.final_site)
     meta = {
-        "name": model, "model": runtime.info.as_dict(), "hook_names": names,
+        "name": model, "model": runtime.info.as_dict(), "hook_names": names, "final_site": s.final_site,
         "canonical_hooks": list(runtime.canonical_hooks(names)), "positions": list(POSITIONS),
         "protocol": built[0][1].protocol if built else protocol.label,
         "medium": built[0][1].medium if built else protocol.medium_name, "position_definitions": POSITION_DEFINITIONS,
@@ -71,7 +72,7 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Any, s: Captur
                         progress(len(built[i: i + s.batch_size]))
                     continue
                 pos = [[b.positions[k] for k in POSITIONS] for _, b in batch]
-                acts = runtime.capture([b.tokens for _, b in batch], pos)
+                acts = runtime.capture([b.tokens for _, b in batch], pos, final=s.final_site)
                 w.append([b.item_id for _, b in batch], acts.numpy(), np.asarray(pos), [t for t, _ in batch],
                          [inputs[(t, b.item_id)] for t, b in batch])
                 if progress:

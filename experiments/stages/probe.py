@@ -232,7 +232,8 @@ def _probe_stage(rd: RunDir, models: list[str] | None, s: ProbeSettings,
                     f"({counts['dropped']} of {counts['prompts_seen']} dropped)")
                 rows.append({"model": name, "task": task, "role": role, "kind": "targets", **counts,
                              "min_attempts": s.min_attempts, "exclude_trivial": s.exclude_trivial,
-                             "protocol": st.meta["protocol"], "medium": st.meta.get("medium", "v1")})
+                             "protocol": st.meta["protocol"], "medium": st.meta.get("medium", "v1"),
+                             "final_site": st.meta.get("final_site", "pre-norm")})
             for name in targets:
                 rows += _probe_model(rd, name, task, role, stores[name], targets, s, grid, say)
     finally:
@@ -369,7 +370,9 @@ def plot_probes(rd: RunDir, rows: list[dict[str, Any]]) -> list[Path]:
                 if ceil and ceil[0]["ceiling"] is not None:
                     ax.axhline(ceil[0]["ceiling"], ls=":", color="black", label=f"split-half ceiling ({t})")
             ax.axhline(0, color="black", lw=0.5)
-            ax.set_xlabel("layer (resid_pre; 0 = embeddings; last = final resid_post, before the final norm)")
+            final = next((r.get("final_site", "pre-norm") for r in rows if r.get("kind") == "targets" and r["model"] == model), "pre-norm")
+            ax.set_xlabel("layer L = input of block L (0 = embeddings); last = final residual, "
+                          + ("before the final norm" if final == "pre-norm" else "after the final norm"))
             ax.set_ylabel("outer pooled R^2 (nested CV)")
             ax.set_title(f"{model} ({task}): occupancy probe{' - shared vs specific' if kind else ''}")
             ax.legend(fontsize=7)

@@ -110,7 +110,8 @@ def _values(run: Path, names: dict[str, str]) -> dict:
     page = (run / "report" / "index.html").read_text(encoding="utf-8")
     text = re.sub(r"<img[^>]*>", "[img]", page)
     text = html.unescape(re.sub(r"<[^>]+>", " ", text))
-    out["report_text"] = clean(re.sub(r"\s+", " ", text).strip())
+    text = re.sub(r"\s+", " ", text).strip()
+    out["report_text"] = clean(text[: text.find("Configuration")])  # results only: the settings table is metadata
     return out
 
 
