@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from bench.layout.judge import DIMENSIONS, PASS, RUBRIC_VERSION, VerdictCache, cache_key, png_bytes
+from bench.canvas.png import png_bytes
+from bench.layout.judge import DIMENSIONS, PASS, RUBRIC_VERSION, VerdictCache, cache_key
 from bench.layout.prompts import by_id
 from experiments.generation import GENERATIONS, read_rows
 from experiments.render import read_renders, render_stage, row_key

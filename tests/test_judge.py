@@ -7,8 +7,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
+from bench.canvas.png import png_bytes
 from bench.layout.judge import (DIMENSIONS, JUDGE_SYSTEM, JudgeError, OpenAIJudge, VerdictCache, VerdictParseError,
-                                cache_key, judge_messages, parse_verdict, png_bytes)
+                                cache_key, judge_messages, parse_verdict)
 from experiments.generation import GENERATIONS, append_rows, read_rows
 from experiments.judging import (JUDGE_SCORES, inversion_table, judge_agreement, judge_stage, pass_at_k,
                                  pass_at_k_table)

@@ -3,7 +3,8 @@
 The rubric has five dimensions scored as integers 0-5 (prompt fidelity, shape, colour, spatial,
 completeness); the overall score is their mean and an attempt passes at >= 3.0. Every judge gets
 byte-identical messages (`judge_messages`): the same system text, the same user text and the image
-as a PNG (the 24x24 render upscaled x16 by nearest neighbour). The prompt never names the medium.
+as a PNG (the 24x24 render upscaled x16 by nearest neighbour, `bench.canvas.png.png_bytes`: the one
+encoder, whose bytes the verdict cache keys hash). The prompt never names the medium.
 
 `OpenAIJudge` talks to any OpenAI-compatible chat-completions endpoint that takes image input (how
 Qwen2.5-VL-7B or InternVL3-8B are served with vLLM or llama.cpp): base URL and model name from the
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 import re
 import time
@@ -25,8 +25,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
-
-import numpy as np
 
 RUBRIC_VERSION = "rubric/1"
 DIMENSIONS = ("fidelity", "shape", "color", "spatial", "completeness")
@@ -66,15 +64,6 @@ class Verdict:
     @property
     def passed(self) -> bool:
         return self.overall >= PASS
-
-
-def png_bytes(pixels: np.ndarray, scale: int = 16) -> bytes:
-    from PIL import Image
-
-    big = np.repeat(np.repeat(pixels, scale, axis=0), scale, axis=1)
-    buf = io.BytesIO()
-    Image.fromarray(big.astype(np.uint8), "RGB").save(buf, format="PNG", optimize=False)
-    return buf.getvalue()
 
 
 def judge_messages(prompt_text: str, png: bytes) -> list[dict[str, Any]]:
