@@ -21,25 +21,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bench.canvas.regions import region_mask
 from bench.sandbox.boundary import clean_text
 from experiments.rundir import RunDir, answer_text, derive_seed, reading, writing
 from experiments.stages.probe import consensus
 from hooks.steer import add_direction
-from interp.probes import Grid, _pca_scores, _standardise, nested_cv
+from interp.probes import GRID_SIZE, Grid, _pca_scores, _standardise, nested_cv
 
 STEERING = RunDir.STEERING
-REGIONS = {
-    "left": (slice(0, 6), slice(0, 3)), "right": (slice(0, 6), slice(3, 6)),
-    "top": (slice(0, 3), slice(0, 6)), "bottom": (slice(3, 6), slice(0, 6)),
-}
-
-
-def region_mask(name: str) -> np.ndarray:
-    if name not in REGIONS:
-        raise ValueError(f"unknown region {name!r}: use {', '.join(REGIONS)}")
-    m = np.zeros((6, 6), bool)
-    m[REGIONS[name]] = True
-    return m.ravel()
 
 
 def probe_direction(x: np.ndarray, y: np.ndarray, region: str, k: int, alpha: float) -> np.ndarray:
@@ -52,7 +41,7 @@ def probe_direction(x: np.ndarray, y: np.ndarray, region: str, k: int, alpha: fl
     coef = (s / (s ** 2 + alpha))[:, None] * (u.T @ (y - y.mean(axis=0)))
     v = (z.T @ u) / s
     w = v @ coef  # [d, 36]: standardised input -> occupancy
-    g = (w @ region_mask(region).astype(float)) / sd
+    g = (w @ region_mask(region, GRID_SIZE).ravel().astype(float)) / sd
     n = np.linalg.norm(g)
     if n == 0:
         raise ValueError("the probe has a zero gradient for this region")
@@ -82,7 +71,7 @@ class SteerSettings:
 
     layer: int  #: the block whose resid_pre is steered and whose probe gives the direction
     task: str = "layout"  #: probes, and so steering, are per task
-    region: str = "left"  #: half of the 6x6 grid whose predicted occupancy the direction raises
+    region: str = "left"  #: a region of `bench.canvas.regions.REGIONS` whose predicted occupancy the direction raises
     strengths: tuple[float, ...] = (0.0, 0.25, 0.5)  #: multiples of the layer's mean residual norm
     position: str = "last"  #: token position of the probe's features
     samples: int = 2  #: attempts per prompt and strength (sample 0 greedy), the same seeds at every strength
@@ -130,7 +119,7 @@ def _steer(rt: Any, rd: RunDir, s: SteerSettings, model: str, progress: Callable
     hook_name = rt.hook_names([s.layer])[0]
     done = {(r["model"], r["task"], r["prompt_id"], r["sample"], r["strength"], r["region"], r["layer"], r["position"])
             for r in rd.rows(STEERING)}
-    mask = region_mask(s.region).reshape(6, 6)
+    mask = region_mask(s.region, GRID_SIZE)
     with SandboxPool(workers=None) as pool:
         for pi, pid in enumerate(prompts):
             if shard is not None and pi % shard[1] != shard[0]:
@@ -181,4 +170,4 @@ def summarise_steering(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["REGIONS", "STEERING", "probe_direction", "region_mask", "steer_stage", "summarise_steering"]
+__all__ = ["STEERING", "probe_direction", "steer_stage", "summarise_steering"]

@@ -302,11 +302,12 @@ def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable
     if it:
         summary["interventions"] = it["counts"]
     if c.judge_url and c.judge_model:
-        from bench.layout.judge import OpenAIJudge
+        from experiments.judges import make_judge
         from experiments.judging import judge_stage
 
         say("judge")
-        judge_stage(rd, OpenAIJudge(c.judge_name or c.judge_model, c.judge_url, c.judge_model))
+        judge_stage(rd, make_judge({"kind": "openai", "name": c.judge_name or c.judge_model, "base_url": c.judge_url,
+                                    "model": c.judge_model}))
     media = media_table(rd, n_boot=c.n_boot, seed=c.seed)
     if media:
         say("medium comparison (Exp. 2)")

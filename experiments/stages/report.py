@@ -33,7 +33,7 @@ def _img_file(path: Path, alt: str) -> str:
 
 
 def _img_pixels(pixels: np.ndarray, alt: str, scale: int = 5) -> str:
-    from bench.layout.judge import png_bytes
+    from bench.canvas.png import png_bytes
 
     data = base64.b64encode(png_bytes(pixels, scale)).decode()
     return f'<img class="mosaic" alt="{html.escape(alt)}" title="{html.escape(alt)}" src="data:image/png;base64,{data}">'
