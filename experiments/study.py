@@ -303,7 +303,7 @@ def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable
         summary["interventions"] = it["counts"]
     if c.judge_url and c.judge_model:
         from experiments.judges import make_judge
-        from experiments.judging import judge_stage
+        from experiments.stages.judge import judge_stage
 
         say("judge")
         judge_stage(rd, make_judge({"kind": "openai", "name": c.judge_name or c.judge_model, "base_url": c.judge_url,

@@ -2,7 +2,7 @@
 
 A region is data: a span of rows and a span of columns, each as fractions of the canvas, so the one
 table serves any block grid it aligns with (the probes' 6x6 grid of 4x4 blocks of a 24x24 render, or
-the 24x24 cells themselves). Steering (`experiments.steering`) raises the probe's predicted occupancy
+the 24x24 cells themselves). Steering (`experiments.stages.steer`) raises the probe's predicted occupancy
 of a region and measures it on the render; the CLI checks `--region` against `REGIONS`. Adding a
 region is one row here.
 

@@ -151,7 +151,7 @@ def steer(
 ) -> None:
     """Steer generation along the probe direction for a region; print the region's occupancy per strength."""
     from bench.canvas.regions import REGIONS
-    from experiments.steering import SteerSettings, steer_stage
+    from experiments.stages.steer import SteerSettings, steer_stage
 
     if region not in REGIONS:
         fail(f"--region must be one of {', '.join(REGIONS)}")

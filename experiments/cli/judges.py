@@ -30,7 +30,7 @@ def judge(
 
     from bench.layout.judge import JudgeError, JudgeSpec, VerdictParseError
     from experiments.judges import make_judge, read_spec
-    from experiments.judging import inversion_table, judge_stage, pass_at_k_table
+    from experiments.stages.judge import inversion_table, judge_stage, pass_at_k_table
     from experiments.rundir import RunDir
 
     if not (run / RunDir.GENERATIONS).is_file():

@@ -112,7 +112,7 @@ def _layout(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[st
                            f"valid and non-trivial ({100 * good / max(r['attempts'], 1):.1f}%).")
     js = _read(run, RunDir.JUDGE_SCORES)
     if js:
-        from experiments.judging import inversion_table, pass_at_k_table  # noqa: I001
+        from experiments.stages.judge import inversion_table, pass_at_k_table  # noqa: I001
 
         inv = inversion_table(js)
         parts.append("<h3>Judges</h3>" + _table(pass_at_k_table(js), ["judge", "model", "protocol", "prompts", "pass@1", "pass@3", "pass@5", "pass@10"]))

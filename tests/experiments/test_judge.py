@@ -11,7 +11,7 @@ from bench.canvas.png import png_bytes
 from bench.layout.judge import (DIMENSIONS, JUDGE_SYSTEM, JudgeError, OpenAIJudge, VerdictCache, VerdictParseError,
                                 cache_key, judge_messages, parse_verdict)
 from tests.experiments.runs import GENERATIONS, append, read_rows
-from experiments.judging import (JUDGE_SCORES, inversion_table, judge_agreement, judge_stage, pass_at_k,
+from experiments.stages.judge import (JUDGE_SCORES, inversion_table, judge_agreement, judge_stage, pass_at_k,
                                  pass_at_k_table)
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bench.canvas.regions import region_mask
-from experiments.steering import probe_direction, summarise_steering
+from experiments.stages.steer import probe_direction, summarise_steering
 from hooks.steer import add_direction
 from interp.probes import fold_predictions
 
@@ -58,7 +58,7 @@ def test_steer_stage_end_to_end_on_a_run(tiny, tmp_path):
     from experiments.stages.capture import CaptureSettings, capture_stage
     from tests.experiments.runs import GENERATIONS, append, read_rows
     from experiments.stages.render import render_stage
-    from experiments.steering import STEERING, SteerSettings, steer_stage
+    from experiments.stages.steer import STEERING, SteerSettings, steer_stage
     from interp.prompts import Protocol, layout_items
 
     items = layout_items()[:6]
