@@ -700,6 +700,47 @@ def steer(
         typer.echo(json.dumps(r))
 
 
+@app.command()
+def consistency(
+    run: Path = typer.Option(..., "--run", help="Run directory with generations.jsonl and renders.h5."),
+    dino_folder: Path = typer.Option(..., "--dino-folder", help="Local folder with a DINO ViT checkpoint (config.json and weights, "
+                                     "e.g. dino-vits8 saved with save_pretrained); never downloaded."),
+    models: Optional[list[str]] = typer.Option(None, "--model", "-m", help="Only this model (repeat; default: every model)."),
+    arms: Optional[list[str]] = typer.Option(None, "--arm", help="Only this arm, e.g. few-shot-2 or svg/few-shot-2 (repeat)."),
+    task: str = typer.Option("layout", "--task", help="Task whose renders are analysed (the paper: layout)."),
+    projection: str = typer.Option("umap", "--projection", help="2-D map: umap (umap-learn) or tsne (scikit-learn)."),
+    seed: int = typer.Option(0, "--seed", help="Random state of the map (recorded in its row)."),
+    batch_size: int = typer.Option(32, "--batch-size", min=1, help="Renders per DINO forward pass."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:1 ... (default: cuda if present)."),
+) -> None:
+    """DINO concept consistency and the entropy confound (paper appendix E.2/E.3): RUN/consistency.jsonl and plots."""
+    from experiments import generation
+    from experiments.consistency import CONSISTENCY, ConsistencySettings, consistency_stage, format_summary
+    from experiments.rundir import RunDir, RunError
+    from interp.dino import DinoError
+
+    if projection not in ("umap", "tsne"):
+        fail("--projection must be umap or tsne")
+    if not run.is_dir():
+        fail(f"{run} is not a run directory: give --run the folder `ambench generate` or `ambench run` wrote")
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    s = ConsistencySettings(task=task, models=tuple(models) if models else None, arms=tuple(arms) if arms else None,
+                            projection=projection, seed=seed, batch_size=batch_size, device=device)
+    try:
+        with RunDir.writer(run, "ambench consistency") as rd:
+            result = consistency_stage(rd, dino_folder, s)
+    except (RunError, generation.RunError, DinoError) as e:
+        fail(str(e))
+    rows = result["rows"]
+    if not any(r.get("kind") == "coherence" for r in rows):
+        typer.echo(f"no valid, non-trivial {task} renders to analyse ({json.dumps(result['counts'])})")
+    typer.echo(format_summary(rows))
+    typer.echo(f"wrote {run / CONSISTENCY} ({len(rows)} rows) and {len(result['plots'])} plots in {run / 'consistency'}")
+
+
 @app.command("run")
 def run_cmd(
     models: Optional[list[str]] = typer.Option(None, "--model", "-m", help="Model(s) to study (repeat the option). " + MODEL_HELP),
