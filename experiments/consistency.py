@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
+from bench.layout.prompts import SUBCATEGORIES, by_id
+from bench.layout.prompts import TIERS as TIER_NAMES
 from experiments.render import RENDERS, read_renders, row_key
 from experiments.rundir import AttemptKey, RunDir, RunError, read_rows, safe_name
 
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 CONSISTENCY = "consistency.jsonl"
 CONSISTENCY_PLOTS = "consistency"
 GENERATIONS = "generations.jsonl"
-TIERS = ("T1", "T2", "T3")
+TIERS = tuple(TIER_NAMES)  #: T1, T2, T3
 #: the paper's appendix E.3 (8 models, layout, canvas): the numbers our rows are read beside
 PAPER = {"rho": 0.93, "p": "< 0.001", "n_models": 8, "residual": {"Gemma 2 27B": -0.014, "CodeLlama 34B": 0.013}}
 DIGITS = 6
@@ -89,8 +91,6 @@ def analysis_set(run: Path, s: ConsistencySettings = ConsistencySettings()
                  ) -> tuple[dict[tuple[str, str], list[_Render]], dict[str, int]]:
     """(model, arm) -> its valid, non-trivial renders of the task, in file order; and the counts of
     attempts left out (invalid, trivial, not rendered)."""
-    from bench.layout.prompts import by_id
-
     run = Path(run)
     if not (run / GENERATIONS).is_file():
         raise RunError(f"{run} has no {GENERATIONS}: run `ambench generate --task {s.task} --out {run}` first")
@@ -107,7 +107,11 @@ def analysis_set(run: Path, s: ConsistencySettings = ConsistencySettings()
     for r in read_rows(run / GENERATIONS):
         if r.get("task") != s.task:
             continue
-        key = AttemptKey.of(r)
+        try:
+            key = AttemptKey.of(r)
+        except (KeyError, TypeError, ValueError):
+            raise RunError(f"{run / GENERATIONS} has a {s.task} row without the attempt fields (model, protocol, "
+                           "prompt_id, sample); the file was edited or corrupted") from None
         if (s.models and key.model not in s.models) or (s.arms and key.arm not in s.arms):
             continue
         counts["attempts"] += 1
@@ -263,7 +267,6 @@ def entropy_confound(run: Path, rows: list[dict[str, Any]] | None = None,
     return out
 
 
-SUBCATEGORY_ORDER = ("1A", "1B", "1C", "1D", "1E", "2A", "2B", "2C", "2D", "2E", "3A", "3B", "3C", "3D", "3E")
 MARKERS = {"T1": "o", "T2": "s", "T3": "^", "?": "x"}
 
 
@@ -279,24 +282,24 @@ def plot_consistency(run: Path, rows: list[dict[str, Any]]) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     cmap = plt.get_cmap("tab20")
-    colour = {sc: cmap(i % 20) for i, sc in enumerate(SUBCATEGORY_ORDER)}
+    colour = {sc: cmap(i % 20) for i, sc in enumerate(SUBCATEGORIES)}
     colour["?"] = (0.4, 0.4, 0.4, 1.0)
     for m in rows:
         if m.get("kind") != "map" or not m.get("points"):
             continue
         xy = np.asarray(m["points"], dtype=float)
-        fig, ax = plt.subplots(figsize=(7.5, 6), dpi=110)
+        fig, ax = plt.subplots(figsize=(8.5, 6), dpi=110)
         for tier in sorted(set(m["tiers"])):
             for sc in sorted(set(m["subcategories"])):
                 sel = [i for i, (t, c) in enumerate(zip(m["tiers"], m["subcategories"])) if t == tier and c == sc]
                 if sel:
                     ax.scatter(xy[sel, 0], xy[sel, 1], s=14, marker=MARKERS.get(tier, "x"), color=colour.get(sc, colour["?"]),
                                alpha=0.8, linewidths=0.3, edgecolors="black")
-        handles = [Line2D([], [], ls="none", marker="o", color=colour.get(sc, colour["?"]), label=sc)
-                   for sc in sorted(set(m["subcategories"]))]
+        handles = [Line2D([], [], ls="none", marker="o", color=colour.get(sc, colour["?"]),
+                          label=f"{sc} {SUBCATEGORIES.get(sc, 'unknown prompt')}") for sc in sorted(set(m["subcategories"]))]
         handles += [Line2D([], [], ls="none", marker=MARKERS.get(t, "x"), color="black", mfc="none", label=t)
                     for t in sorted(set(m["tiers"]))]
-        ax.legend(handles=handles, fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+        ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
         ax.set_title(f"DINO embedding map: {m['model']} ({m['arm']}), {m['n_renders']} valid non-trivial renders\n"
                      f"{m['projection'].upper()} (cosine, seed {m['seed']}); colour = subcategory, marker = tier", fontsize=9)
         ax.set_xticks([])
@@ -361,7 +364,7 @@ def consistency_stage(run: RunDir, dino_folder: str | Path, s: ConsistencySettin
 def format_summary(rows: list[dict[str, Any]]) -> str:
     """A plain-text table of the coherence rows and the confound, for the CLI."""
     def f(v: Any, w: int = 8) -> str:
-        return f"{'-':>{w}}" if v is None else f"{v:>{w}.3f}"
+        return f"{'-':>{w}}" if v is None else f"{v:>{w}.4f}"
 
     lines = [f"{'model':<28} {'arm':<18} {'tier':<4} {'renders':>7} {'prompts':>7} {'d_intra':>8} {'d_inter':>8} "
              f"{'ratio':>8} {'silh.':>8} {'local':>8}"]
