@@ -727,9 +727,9 @@ def consistency(
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    s = ConsistencySettings(task=task, models=tuple(models) if models else None, arms=tuple(arms) if arms else None,
-                            projection=projection, seed=seed, batch_size=batch_size, device=device)
     try:
+        s = ConsistencySettings(task=task, models=tuple(models) if models else None, arms=tuple(arms) if arms else None,
+                                projection=projection, seed=seed, batch_size=batch_size, device=device)
         with RunDir.writer(run, "ambench consistency") as rd:
             result = consistency_stage(rd, dino_folder, s)
     except (RunError, generation.RunError, DinoError) as e:

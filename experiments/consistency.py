@@ -63,6 +63,12 @@ class ConsistencySettings:
     batch_size: int = 32  #: renders per DINO forward pass
     device: str = "cpu"  #: torch device of the DINO model
 
+    def __post_init__(self) -> None:
+        if self.projection not in ("umap", "tsne"):
+            raise RunError(f"unknown projection {self.projection!r}: use umap or tsne")
+        if self.min_attempts < 2 or self.batch_size < 1 or self.neighbors < 2:
+            raise RunError("min attempts must be >= 2 (a prompt needs an attempt pair), batch size >= 1, neighbors >= 2")
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -345,10 +351,6 @@ def consistency_stage(run: RunDir, dino_folder: str | Path, s: ConsistencySettin
     (a caller that already holds the model); `interp.dino.DinoError` reports a bad folder."""
     from interp.dino import load_dino
 
-    if s.projection not in ("umap", "tsne"):
-        raise RunError(f"unknown projection {s.projection!r}: use umap or tsne")
-    if s.min_attempts < 2 or s.batch_size < 1:
-        raise RunError("min attempts must be >= 2 (a prompt needs an attempt pair) and batch size >= 1")
     _, counts = analysis_set(run.path, s)  # a run without generations or renders fails before the model loads
     dino = dino or load_dino(dino_folder, s.device)
     rows = dino_consistency(run.path, dino, s)

@@ -204,6 +204,14 @@ def test_stage_writes_checked_rows_and_plots(tmp_path, dino):
     assert by(entropy_confound(run, None, TSNE), "confound")[0]["rho"] == by(rows, "confound")[0]["rho"]
 
 
+def test_settings_are_checked():
+    from experiments.rundir import RunError
+
+    for bad in ({"projection": "pca"}, {"min_attempts": 1}, {"batch_size": 0}):
+        with pytest.raises(RunError):
+            ConsistencySettings(**bad)
+
+
 def _cli(*args, cwd=ROOT):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "experiments.cli", "consistency", *args], capture_output=True, text=True,
