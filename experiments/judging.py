@@ -11,23 +11,28 @@ import numpy as np
 
 from bench.layout.judge import DIMENSIONS, PASS, RUBRIC_VERSION, VerdictCache, cache_key, png_bytes
 from bench.layout.prompts import by_id
-from experiments.generation import GENERATIONS, read_rows
-from experiments.render import read_renders, render_stage, row_key
+from experiments.rundir import RunDir, reading, writing
+from experiments.stages.render import read_renders, render_stage, row_key
 from experiments.rundir import AttemptKey, arm_of
 
-JUDGE_SCORES = "judge_scores.jsonl"
+JUDGE_SCORES = RunDir.JUDGE_SCORES
 JUDGE_CACHE = "judge_cache.jsonl"
 
 
-def judge_stage(run: Path, judge: Any, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+def judge_stage(run: Any, judge: Any, progress: Callable[[int], None] | None = None) -> dict[str, int]:
     """Judge every valid layout attempt (cached), then rewrite RUN/judge_scores.jsonl for this judge.
 
     Invalid attempts are not sent: they score 0 on every dimension and fail."""
-    render_stage(run)
+    with writing(run) as rd:
+        return _judge(rd, judge, progress)
+
+
+def _judge(rd: RunDir, judge: Any, progress: Callable[[int], None] | None) -> dict[str, int]:
+    render_stage(rd)
     prompts = by_id()
-    renders = read_renders(run)
-    cache = VerdictCache(run / JUDGE_CACHE)
-    rows = [r for r in read_rows(run / GENERATIONS) if r["task"] == "layout" and r["prompt_id"] in prompts]
+    renders = read_renders(rd)
+    cache = VerdictCache(rd.file(RunDir.JUDGE_CACHE))
+    rows = [r for r in rd.rows(RunDir.GENERATIONS) if r["task"] == "layout" and r["prompt_id"] in prompts]
     out, asked, cached = [], 0, 0
     for r in rows:
         rend = renders[row_key(r)]
@@ -50,13 +55,8 @@ def judge_stage(run: Path, judge: Any, progress: Callable[[int], None] | None = 
             out.append(dict(base, valid=True, scores=v.scores, overall=round(v.overall, 6), passed=v.passed))
         if progress:
             progress(1)
-    path = run / JUDGE_SCORES
-    keep = [x for x in read_rows(path) if x["judge"] != judge.name] if path.exists() else []
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for x in keep + out:
-            f.write(json.dumps(x, sort_keys=True) + "\n")
-    tmp.replace(path)
+    keep = [x for x in rd.rows(JUDGE_SCORES) if x["judge"] != judge.name]
+    rd.write_rows(JUDGE_SCORES, keep + out)
     return {"attempts": len(out), "asked": asked, "cached": cached}
 
 

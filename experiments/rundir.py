@@ -18,7 +18,7 @@ settings in `config.json`, builds the attempt key and derives seeds; stages ask 
 - **Atomic files.** Whole files are written to a temporary name, fsynced and renamed.
 
 An attempt is identified by `AttemptKey` (model, task, protocol, medium, prompt id, sample), in that
-order, with one spelling everywhere: resume checks, the `key` column of renders.h5, the seeds of
+order, with one spelling everywhere: resume checks, the `key` column of the render store, the seeds of
 derived work (continuations, patching, steering) and the grouping of every table. A key that leaves a
 field out is how a second model's work was once silently skipped (its programs coincided with the
 first model's), so derived stages key their units on the whole attempt key plus their own fields.
@@ -60,7 +60,7 @@ class AttemptKey(NamedTuple):
 
     @property
     def json(self) -> str:
-        """The key as stored in renders.h5 (a JSON list in field order)."""
+        """The key as stored in the render store (a JSON list in field order)."""
         return json.dumps(list(self))
 
     @property
@@ -186,7 +186,7 @@ class RunDir:
     CONFIG = "config.json"
     GENERATIONS = "generations.jsonl"
     PROMPTS = "prompts.jsonl"
-    RENDERS = "renders.h5"
+    RENDERS = "renders"
     TRANSLATION_REFS = "translation_refs.jsonl"
     TRANSLATION_SCORES = "translation_scores.jsonl"
     LAYOUT_TABLE = "layout_table.json"
@@ -200,6 +200,8 @@ class RunDir:
     PATCHING = "patching.jsonl"
     INTERVENTIONS_TABLE = "interventions_table.json"
     STEERING = "steering.jsonl"
+    CONSISTENCY = "consistency.jsonl"
+    CONSISTENCY_PLOTS = "consistency"
     SUMMARY = "summary.json"
     REPORT = "report/index.html"
     SVG_NATIVE = "svg_native"
@@ -211,17 +213,24 @@ class RunDir:
         self.path = Path(path)
         self._lock_fd: int | None = None
 
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r}{', locked' if self.writable else ''})"
+
     # ------------------------------------------------------------------ names
 
     def file(self, name: str) -> Path:
         return self.path / name
 
     def activations(self, model: str) -> Path:
-        return self.path / self.ACTIVATIONS / f"{safe_name(model)}.h5"
+        """The activation store (a folder of parts) of one model."""
+        return self.path / self.ACTIVATIONS / safe_name(model)
 
-    def activation_files(self) -> list[Path]:
+    def activation_stores(self) -> list[Path]:
         folder = self.path / self.ACTIVATIONS
-        return sorted(folder.glob("*.h5")) if folder.is_dir() else []
+        return sorted(p for p in folder.iterdir() if (p / "meta.json").is_file()) if folder.is_dir() else []
 
     @property
     def writable(self) -> bool:
@@ -328,6 +337,16 @@ class RunDir:
         self._need_lock()
         atomic_write(self.file(name), text)
 
+    def save_figure(self, fig: Any, name: str) -> Path:
+        """Save a matplotlib figure as a PNG of the run, atomically (no timestamps in the file)."""
+        import io
+
+        self._need_lock()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", metadata={"Software": None})
+        atomic_write(self.file(name), buf.getvalue())
+        return self.file(name)
+
     def json(self, name: str) -> Any:
         """A JSON file of the run, or None when it is absent."""
         path = self.file(name)
@@ -337,6 +356,44 @@ class RunDir:
             return json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise RunError(f"{path} is not valid JSON; the file was edited or corrupted") from None
+
+    # ------------------------------------------------------------------ prompts
+
+    def prompts(self) -> dict[tuple[str, str], Any]:
+        """(task, id) -> the prompt item recorded in prompts.jsonl (empty for a run without it)."""
+        from interp.prompts import PromptItem
+
+        return {(r["task"], r["id"]): PromptItem(r["id"], r["task"], r["text"], r.get("subject", ""))
+                for r in self.rows(self.PROMPTS)}
+
+    def record_prompts(self, items: Sequence[Any]) -> None:
+        """Record the prompt items a stage uses (id, task, text, subject), so that later stages (the text
+        baseline, interventions, steering) read the very texts the model saw, whatever prompt file they came
+        from. A prompt id of a task that comes back with another text is refused."""
+        known = {(r["task"], r["id"]): r for r in self.rows(self.PROMPTS)}
+        new = []
+        for it in items:
+            row = {"id": it.id, "task": it.task, "text": it.text, "subject": it.subject}
+            old = known.get((it.task, it.id))
+            if old is None:
+                known[(it.task, it.id)] = row
+                new.append(row)
+            elif old != row:
+                raise RunError(f"{self.path} already has {it.task} prompt {it.id!r} with another text or subject; "
+                               "use another --out for another prompt set")
+        self.append(self.PROMPTS, new)
+
+    def prompt_item(self, task: str, prompt_id: str) -> Any:
+        """The prompt item of (task, id): recorded in the run, else built in; a clear error otherwise."""
+        from interp.prompts import items_by_id
+
+        item = self.prompts().get((task, prompt_id))
+        if item is None:
+            builtin = items_by_id().get(prompt_id)
+            if builtin is not None and builtin.task == task:
+                return builtin
+            raise RunError(f"no text for {task} prompt {prompt_id!r} in {self.path / self.PROMPTS} or built in")
+        return item
 
     # ------------------------------------------------------------------ settings
 
@@ -371,3 +428,38 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
             out += _diff(a.get(k), b.get(k), f"{prefix}{k}.")
         return out
     return [] if a == b else [prefix.rstrip(".")]
+
+
+# --------------------------------------------------------------------------- helpers for stages
+
+
+class writing:
+    """`with writing(run) as rd:` gives a locked RunDir: `run` itself when it already holds the lock (a
+    command opened it), else a writer opened for the block (a stage called directly, e.g. from Python)."""
+
+    def __init__(self, run: "str | Path | RunDir", command: str | None = None) -> None:
+        self.given = run if isinstance(run, RunDir) else None
+        self.path = run.path if isinstance(run, RunDir) else Path(run)
+        self.command = command
+        self.opened: RunDir | None = None
+
+    def __enter__(self) -> RunDir:
+        if self.given is not None and self.given.writable:
+            return self.given
+        self.opened = RunDir.writer(self.path, self.command)
+        return self.opened
+
+    def __exit__(self, *exc: object) -> None:
+        if self.opened is not None:
+            self.opened.close()
+
+
+def reading(run: "str | Path | RunDir") -> RunDir:
+    """A RunDir to read from (no lock; nothing is written)."""
+    return run if isinstance(run, RunDir) else RunDir(run)
+
+
+def answer_text(row: Mapping[str, Any]) -> str:
+    """What the program extractor should read: the prompt's open fence (if any) plus the generated text."""
+    return row.get("prefix", "") + row["text"]
+

@@ -21,12 +21,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from experiments.generation import append_rows, derive_seed, read_rows, safe_name
-from experiments.probing import consensus
+from bench.sandbox.boundary import clean_text
+from experiments.rundir import RunDir, answer_text, derive_seed, reading, writing
+from experiments.stages.probe import consensus
 from hooks.steer import add_direction
 from interp.probes import Grid, _pca_scores, _standardise, nested_cv
 
-STEERING = "steering.jsonl"
+STEERING = RunDir.STEERING
 REGIONS = {
     "left": (slice(0, 6), slice(0, 3)), "right": (slice(0, 6), slice(3, 6)),
     "top": (slice(0, 3), slice(0, 6)), "bottom": (slice(3, 6), slice(0, 6)),
@@ -58,11 +59,10 @@ def probe_direction(x: np.ndarray, y: np.ndarray, region: str, k: int, alpha: fl
     return g / n
 
 
-def chosen_hyperparameters(run: Path, model: str, task: str, layer: int, position: str, x: np.ndarray, y: np.ndarray,
+def chosen_hyperparameters(run: Any, model: str, task: str, layer: int, position: str, x: np.ndarray, y: np.ndarray,
                            seed: int) -> tuple[int, float]:
-    path = run / "probes.jsonl"
-    if path.exists():
-        for r in read_rows(path):
+    if True:
+        for r in reading(run).rows(RunDir.PROBES):
             if (r.get("model") == model and r.get("task") == task and r.get("features") == "resid"
                     and r.get("target") == "own" and r.get("layer") == layer and r.get("position") == position):
                 ks = [c["k"] for c in r["chosen"]]
@@ -92,19 +92,26 @@ class SteerSettings:
     limit: int | None = None  #: only the first N prompts
 
 
-def steer_stage(rt: Any, run: Path, s: SteerSettings, model: str | None = None,
-                progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+def steer_stage(rt: Any, run: Any, s: SteerSettings, model: str | None = None,
+                progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    """Steered attempts per prompt and strength into RUN/steering.jsonl; work units are the prompts (resumable,
+    shardable: `shard=(i, n)` runs the prompts whose index is i mod n). Returns the summary per strength."""
+    with writing(run) as rd:
+        return _steer(rt, rd, s, model or rt.info.name, progress, shard)
+
+
+def _steer(rt: Any, rd: RunDir, s: SteerSettings, model: str, progress: Callable[[int], None] | None,
+           shard: tuple[int, int] | None) -> list[dict[str, Any]]:
+    run = rd
     from activations.store import ActivationStore
     from bench.sandbox.pool import SandboxPool
-    from experiments.generation import answer_text
-    from experiments.intervention import _items, protocol_from_label
-    from experiments.render import background_of
+    from experiments.stages.intervene import _items, protocol_from_label
+    from experiments.stages.render import background_of
     from interp.probes import occupancy
     from interp.prompts import build
     from interp.runtime import Sampling, StopRule
 
-    model = model or rt.info.name
-    with ActivationStore(run / "activations" / f"{safe_name(model)}.h5") as st:
+    with ActivationStore(rd.activations(model)) as st:
         protocol, medium = st.meta["protocol"], st.meta.get("medium", "v1")
         cons, _ = consensus(run, model, s.task, protocol, medium, 1)
         rowmap = st.rows_of(s.task)
@@ -121,12 +128,13 @@ def steer_stage(rt: Any, run: Path, s: SteerSettings, model: str | None = None,
     proto = protocol_from_label(protocol, medium)
     prompts = ids[: s.limit] if s.limit else ids
     hook_name = rt.hook_names([s.layer])[0]
-    path = run / STEERING
     done = {(r["model"], r["task"], r["prompt_id"], r["sample"], r["strength"], r["region"], r["layer"], r["position"])
-            for r in read_rows(path)}
+            for r in rd.rows(STEERING)}
     mask = region_mask(s.region).reshape(6, 6)
     with SandboxPool(workers=None) as pool:
-        for pid in prompts:
+        for pi, pid in enumerate(prompts):
+            if shard is not None and pi % shard[1] != shard[0]:
+                continue
             built = build(item(s.task, pid), proto, rt.tokenizer, chat=rt.info.chat)
             for strength in s.strengths:
                 todo = [j for j in range(s.samples)
@@ -148,13 +156,13 @@ def steer_stage(rt: Any, run: Path, s: SteerSettings, model: str | None = None,
                     rows.append({"model": model, "task": s.task, "protocol": protocol, "medium": medium, "prompt_id": pid,
                                  "layer": s.layer, "position": s.position, "region": s.region, "strength": strength,
                                  "sample": j, "seed": sd, "k": int(k), "alpha": float(alpha), "valid": bool(res.valid),
-                                 "text": g.text,
+                                 "text": clean_text(g.text),
                                  "region_occupancy": None if occ is None else round(float(occ[mask].mean()), 6),
                                  "other_occupancy": None if occ is None else round(float(occ[~mask].mean()), 6)})
-                append_rows(path, rows)
+                rd.append(STEERING, rows)
             if progress:
                 progress(1)
-    return summarise_steering(read_rows(path))
+    return summarise_steering(rd.rows(STEERING))
 
 
 def summarise_steering(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -260,9 +260,15 @@ def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
     p = Path(path)
     if not p.is_file():
         raise PromptError(f"prompt file {p} does not exist")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PromptError(f"{p}: not UTF-8 text (byte {e.start}); save the prompt file as UTF-8") from None
+    except OSError as e:
+        raise PromptError(f"cannot read prompt file {p}: {e.strerror}") from None
     items: list[PromptItem] = []
-    seen: set[str] = set()
-    for n, line in enumerate(p.read_text(encoding="utf-8").split("\n"), 1):  # not splitlines: U+2028 in JSON strings
+    seen: set[tuple[str, str]] = set()
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines: U+2028 inside JSON strings
         if not line.strip():
             continue
         try:
@@ -271,18 +277,27 @@ def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
             raise PromptError(f"{p}:{n}: not JSON ({e.msg})") from None
         if not isinstance(row, dict) or "id" not in row or "text" not in row:
             raise PromptError(f"{p}:{n}: each line needs at least 'id' and 'text'")
+        for field_name in ("id", "text", "task", "subject"):
+            v = row.get(field_name)
+            if field_name in row and not isinstance(v, str):
+                raise PromptError(f"{p}:{n}: '{field_name}' must be a string, not {json.dumps(v)[:40]}")
+            if isinstance(v, str):
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise PromptError(f"{p}:{n}: '{field_name}' holds a lone surrogate (\\ud800-\\udfff escape); fix the file") from None
         row_task = row.get("task", task)
         if row_task is None:
             raise PromptError(f"{p}:{n}: no 'task' in the line and none given")
         if task is not None and row_task != task:
             raise PromptError(f"{p}:{n}: task {row_task!r} but {task!r} was asked for")
         try:
-            item = PromptItem(str(row["id"]), row_task, str(row["text"]), str(row.get("subject", "")))
+            item = PromptItem(row["id"], row_task, row["text"], row.get("subject", ""))
         except PromptError as e:
             raise PromptError(f"{p}:{n}: {e}") from None
-        if item.id in seen:
-            raise PromptError(f"{p}:{n}: duplicate id {item.id!r}")
-        seen.add(item.id)
+        if (item.task, item.id) in seen:
+            raise PromptError(f"{p}:{n}: duplicate {item.task} id {item.id!r}")
+        seen.add((item.task, item.id))
         items.append(item)
     if not items:
         raise PromptError(f"{p}: no prompts")

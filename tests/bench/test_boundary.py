@@ -44,14 +44,14 @@ def test_poison_pills_are_clean_runtime_results():
 def test_render_stage_survives_poison_pills(tmp_path):
     """Before: renders.h5 raised UnicodeEncodeError / 'VLEN strings do not support embedded NULLs' on these rows,
     and every rerun hit the same row."""
-    from experiments.generation import GENERATIONS, append_rows
-    from experiments.render import read_renders, render_stage
+    from tests.experiments.runs import GENERATIONS, append
+    from experiments.stages.render import read_renders, render_stage
 
     texts = [POISON_SURROGATE, POISON_NUL, "fill('white')\nrect(1, 1, 4, 4, 'red')"]
     rows = [{"task": "layout", "prompt_id": f"p{i}", "model": "m", "protocol": "zero-shot", "sample": 0, "seed": 0,
              "temperature": 0.0, "prefix": "", "text": t, "code": None, "n_tokens": 1, "stop": "eos", "entropy": [0.1],
              "mean_entropy": 0.1} for i, t in enumerate(texts)]
-    append_rows(tmp_path / GENERATIONS, rows)
+    append(tmp_path, rows)
     render_stage(tmp_path, workers=1)
     got = read_renders(tmp_path)
     assert sorted(v["outcome"] for v in got.values()) == ["ok", "runtime", "runtime"]
@@ -89,7 +89,7 @@ def test_result_size_cap():
 def test_interleaved_comb_scoring_is_bounded_in_the_worker(tmp_path):
     """Before: two interleaved 1,000-tooth combs ran in 0.02 s in the sandbox, then PIoU scoring in the host never
     finished (100 teeth: seconds; 200: 22 s). Now scoring runs in the worker under its CPU limit."""
-    from experiments.translation import score_attempts
+    from experiments.stages.translation import score_attempts
 
     ref = load_references("sampled")[0]
     refs = tmp_path / "refs.jsonl"
