@@ -210,7 +210,7 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
             # the shapes are the program's cost too (an even-odd polygon of 4,096 crossing vertices is
             # expensive): computed under the same CPU limit, then bounded before anything leaves
             geoms = [shape_of(medium, c) for c in canvas.calls]
-            check_geometry(canvas.calls, geoms, limits)
+            check_geometry(canvas.calls, geoms, limits, medium)
     except CpuTimeout:
         outcome, reason = "timeout", f"over {limits.cpu_seconds:g} s of CPU"
     except BudgetExceeded as e:
@@ -233,10 +233,10 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
     )
 
 
-def check_geometry(calls: list[Call], geoms: list[Any], limits: Limits) -> None:
+def check_geometry(calls: list[Call], geoms: list[Any], limits: Limits, medium: Medium) -> None:
     """Raise BudgetExceeded when a result would carry more vertices than `limits.max_total_vertices`
     (polygon points as given, and the coordinates of the shapes as computed)."""
-    given = sum(len(c.params) // 2 for c in calls if c.kind in _POINT_KINDS)
+    given = sum(len(c.params) // 2 for c in calls if medium.vocabulary[c.kind].takes_points)
     if given > limits.max_total_vertices:
         raise BudgetExceeded(f"{given} polygon vertices in all exceed {limits.max_total_vertices}")
     if geoms:
@@ -244,8 +244,6 @@ def check_geometry(calls: list[Call], geoms: list[Any], limits: Limits) -> None:
         if carried > limits.max_total_vertices:
             raise BudgetExceeded(f"shapes of {carried} vertices in all exceed {limits.max_total_vertices}")
 
-
-_POINT_KINDS = frozenset({"poly", "poly_outline"})
 
 
 @contextmanager

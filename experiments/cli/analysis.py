@@ -150,7 +150,8 @@ def steer(
     quantize: QuantizeOpt = None,
 ) -> None:
     """Steer generation along the probe direction for a region; print the region's occupancy per strength."""
-    from experiments.steering import REGIONS, SteerSettings, steer_stage
+    from bench.canvas.regions import REGIONS
+    from experiments.stages.steer import SteerSettings, steer_stage
 
     if region not in REGIONS:
         fail(f"--region must be one of {', '.join(REGIONS)}")

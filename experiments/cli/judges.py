@@ -14,39 +14,46 @@ from experiments.cli.common import RunOpt, app, bar, boundary, fail, run_writer
 @app.command()
 def judge(
     run: RunOpt,
-    name: str = typer.Option(..., "--judge", help="A name for this judge (it keys the verdict cache), e.g. qwen25vl7b."),
+    name: Optional[str] = typer.Option(None, "--judge", help="A name for this judge (it keys the verdict cache), e.g. qwen25vl7b; "
+                                                             "with --spec it overrides the spec's name."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, llama.cpp)."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Model name the endpoint serves."),
     local_folder: Optional[Path] = typer.Option(None, "--local-folder", help="Or: a local transformers VLM folder (weights on disk)."),
+    spec_file: Optional[Path] = typer.Option(None, "--spec", help='Or: a JSON judge spec for any backend, e.g. '
+                                                                  '{"kind": "openai", "name": ..., "base_url": ..., "model": ...}.'),
     device: str = typer.Option("cpu", "--device", help="Device of a local VLM judge."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable that holds the API key, if any."),
     timeout: float = typer.Option(60.0, "--timeout", min=1.0),
 ) -> None:
     """Judge every valid layout attempt with a VLM (5-dimension rubric, cached), then print pass@k and T2/T3."""
-    import os
+    from dataclasses import replace
 
-    from bench.layout.judge import JudgeError, OpenAIJudge, VerdictParseError
-    from experiments.judging import inversion_table, judge_stage, pass_at_k_table
+    from bench.layout.judge import JudgeError, JudgeSpec, VerdictParseError
+    from experiments.judges import make_judge, read_spec
+    from experiments.stages.judge import inversion_table, judge_stage, pass_at_k_table
     from experiments.rundir import RunDir
 
     if not (run / RunDir.GENERATIONS).is_file():
         fail(f"{run} has no {RunDir.GENERATIONS}")
-    key = os.environ.get(api_key_env) if api_key_env else None
-    if api_key_env and not key:
-        fail(f"--api-key-env {api_key_env} is not set")
-    if (base_url is None) == (local_folder is None):
-        fail("give either --base-url with --judge-model, or --local-folder")
-    if local_folder is not None:
-        from interp.vlm_judge import TransformersJudge
-
-        try:
-            j = TransformersJudge(name, local_folder, device=device)
-        except JudgeError as e:
-            fail(str(e))
-    else:
-        if not judge_model:
-            fail("--base-url needs --judge-model")
-        j = OpenAIJudge(name, base_url, judge_model, api_key=key, timeout=timeout)
+    if sum(x is not None for x in (base_url, local_folder, spec_file)) != 1:
+        fail("give one of --base-url with --judge-model, --local-folder, or --spec")
+    try:
+        if spec_file is not None:
+            spec = read_spec(spec_file)
+            spec = replace(spec, name=name) if name else spec
+        elif name is None:
+            fail("--judge NAME is needed (it keys the verdict cache)")
+        elif local_folder is not None:
+            spec = JudgeSpec("local", name, {"folder": str(local_folder), "device": device})
+        else:
+            if not judge_model:
+                fail("--base-url needs --judge-model")
+            spec = JudgeSpec("openai", name, {"base_url": base_url, "model": judge_model, "api_key_env": api_key_env,
+                                              "timeout": timeout})
+        j = make_judge(spec)
+    except JudgeError as e:
+        fail(str(e))
+    name = j.name
     with run_writer(run, "ambench judge") as rd:
         total = sum(r["task"] == "layout" for r in rd.rows(RunDir.GENERATIONS))
         try:

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bench.layout.judge import png_bytes
+from bench.canvas.png import png_bytes
 from bench.layout.prompts import by_id
 from experiments.rundir import AttemptKey, arm_of
 from experiments.rundir import RunDir, reading

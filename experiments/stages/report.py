@@ -33,7 +33,7 @@ def _img_file(path: Path, alt: str) -> str:
 
 
 def _img_pixels(pixels: np.ndarray, alt: str, scale: int = 5) -> str:
-    from bench.layout.judge import png_bytes
+    from bench.canvas.png import png_bytes
 
     data = base64.b64encode(png_bytes(pixels, scale)).decode()
     return f'<img class="mosaic" alt="{html.escape(alt)}" title="{html.escape(alt)}" src="data:image/png;base64,{data}">'
@@ -112,7 +112,7 @@ def _layout(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[st
                            f"valid and non-trivial ({100 * good / max(r['attempts'], 1):.1f}%).")
     js = _read(run, RunDir.JUDGE_SCORES)
     if js:
-        from experiments.judging import inversion_table, pass_at_k_table  # noqa: I001
+        from experiments.stages.judge import inversion_table, pass_at_k_table  # noqa: I001
 
         inv = inversion_table(js)
         parts.append("<h3>Judges</h3>" + _table(pass_at_k_table(js), ["judge", "model", "protocol", "prompts", "pass@1", "pass@3", "pass@5", "pass@10"]))

@@ -7,10 +7,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
+from bench.canvas.png import png_bytes
 from bench.layout.judge import (DIMENSIONS, JUDGE_SYSTEM, JudgeError, OpenAIJudge, VerdictCache, VerdictParseError,
-                                cache_key, judge_messages, parse_verdict, png_bytes)
+                                cache_key, judge_messages, parse_verdict)
 from tests.experiments.runs import GENERATIONS, append, read_rows
-from experiments.judging import (JUDGE_SCORES, inversion_table, judge_agreement, judge_stage, pass_at_k,
+from experiments.stages.judge import (JUDGE_SCORES, inversion_table, judge_agreement, judge_stage, pass_at_k,
                                  pass_at_k_table)
 
 
@@ -172,3 +173,149 @@ def test_judge_cli_against_the_loopback_server(tmp_path):
     assert '"asked": 1' in res.output and "pass@1" in res.output
     bad = CliRunner().invoke(app, ["judge", "--run", str(tmp_path / "none"), "--judge", "j", "--base-url", "x", "--judge-model", "m"])
     assert bad.exit_code == 2
+
+
+# --- judge specs, make_judge and the Judge protocol -------------------------------------------------------------
+
+class RedShareJudge:
+    """A judge backend written outside bench/ and experiments/: every score is the red share of the picture, scaled
+    to 0..5 (a known answer from the image alone). Registering it is one entry of JUDGE_BACKENDS."""
+
+    def __init__(self, name, scale):
+        self.name, self.scale = name, scale
+
+    @classmethod
+    def from_spec(cls, spec):
+        o = spec.options_for({}, {"scale": (int, float)})
+        return cls(spec.name, o.get("scale", 5))
+
+    def judge(self, prompt_text, png):
+        import io
+
+        from PIL import Image
+
+        a = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+        red = float(((a[..., 0] > 200) & (a[..., 1] < 80) & (a[..., 2] < 80)).mean())
+        s = int(round(red * self.scale))
+        return parse_verdict(json.dumps({d: s for d in DIMENSIONS}))
+
+
+def test_make_judge_builds_each_backend_from_a_spec(tmp_path, monkeypatch):
+    from bench.layout.judge import Judge, JudgeSpec
+    from experiments.judges import make_judge
+    from interp.vlm_judge import TransformersJudge
+
+    j = make_judge({"kind": "openai", "name": "q", "base_url": "http://h/v1", "model": "m", "timeout": 5})
+    assert isinstance(j, OpenAIJudge) and isinstance(j, Judge)
+    assert (j.name, j.base_url, j.model, j.timeout, j.api_key) == ("q", "http://h/v1", "m", 5.0, None)
+    monkeypatch.setenv("AMB_TEST_KEY", "sk-1")
+    assert make_judge(JudgeSpec("openai", "q", {"base_url": "u", "model": "m", "api_key_env": "AMB_TEST_KEY"})).api_key == "sk-1"
+    (tmp_path / "config.json").write_text("{}")
+    local = make_judge({"kind": "local", "name": "v", "folder": str(tmp_path), "device": "cpu", "dtype": "float32"})
+    assert isinstance(local, TransformersJudge) and isinstance(local, Judge) and local._model is None  # loads on first use
+    assert (local.name, local.folder, local.dtype, local.max_new_tokens) == ("v", tmp_path, "float32", 200)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ([1, 2], "must be a JSON object"),
+    ({"name": "x"}, "needs a kind"),
+    ({"kind": "openai"}, "needs a name"),
+    ({"kind": "openai", "name": "  "}, "needs a name"),
+    ({"kind": "openai", "name": "a\nb", "base_url": "u", "model": "m"}, "needs a name"),
+    ({"kind": "gemini", "name": "x"}, "unknown kind 'gemini'; known: openai, local"),
+    ({"kind": "openai", "name": "x", "base_url": "u"}, r"judge x \(openai\) needs model"),
+    ({"kind": "openai", "name": "x", "base_url": "u", "model": "m", "temp": 0}, "unknown option 'temp'; openai takes base_url, model, api_key_env, timeout"),
+    ({"kind": "openai", "name": "x", "base_url": "u", "model": "m", "timeout": "60"}, "option timeout must be a number, got str"),
+    ({"kind": "openai", "name": "x", "base_url": "u", "model": "m", "timeout": True}, "option timeout must be a number, got bool"),
+    ({"kind": "openai", "name": "x", "base_url": "u", "model": "m", "timeout": float("nan")}, "timeout must be in"),
+    ({"kind": "openai", "name": "x", "base_url": "", "model": "m"}, "option base_url is empty"),
+    ({"kind": "openai", "name": "x", "base_url": "u", "model": "m", "api_key_env": "AMB_SURELY_UNSET_1"}, "AMB_SURELY_UNSET_1 .* is not set"),
+    ({"kind": "local", "name": "x"}, r"judge x \(local\) needs folder"),
+    ({"kind": "local", "name": "x", "folder": "/nonexistent/vlm"}, "not a model folder"),
+    ({"kind": "local", "name": "x", "folder": ".", "dtype": "int8"}, "dtype must be one of bfloat16, float16, float32"),
+    ({"kind": "local", "name": "x", "folder": ".", "max_new_tokens": 2.5}, "option max_new_tokens must be a whole number, got float"),
+])
+def test_a_bad_spec_is_one_sentence(spec, message):
+    from experiments.judges import make_judge
+
+    with pytest.raises(JudgeError, match=message) as e:
+        make_judge(spec)
+    assert "\n" not in str(e.value)
+
+
+def test_a_new_backend_is_one_registry_entry(tmp_path, monkeypatch):
+    """The worked example of docs/extending.md: a backend class (its own module) plus one JUDGE_BACKENDS entry;
+    make_judge, the judge stage and `ambench judge --spec` then use it with no other edit."""
+    from typer.testing import CliRunner
+
+    from bench.layout.judge import Judge
+    from experiments import judges
+    from experiments.cli import app
+
+    monkeypatch.setitem(judges.JUDGE_BACKENDS, "redshare", RedShareJudge.from_spec)
+    j = judges.make_judge({"kind": "redshare", "name": "red", "scale": 5})
+    assert isinstance(j, Judge)
+    append(tmp_path, [
+        _row("2A-00", 0, "fill('red')"),  # all red: 5 everywhere, passes
+        _row("2A-00", 1, "fill('white')\nrect(0, 0, 12, 24, 'red')"),  # half red: round(2.5) = 2, fails
+        _row("2A-00", 2, "import os"),  # invalid: never sent, scores 0
+    ])
+    assert judge_stage(tmp_path, j, None) == {"attempts": 3, "asked": 2, "cached": 0}
+    got = {r["sample"]: r for r in read_rows(tmp_path / JUDGE_SCORES)}
+    assert got[0]["overall"] == 5.0 and got[0]["passed"] and got[1]["overall"] == 2.0 and not got[1]["passed"]
+    assert not got[2]["valid"] and got[2]["judge"] == "red"
+    spec = tmp_path / "judge.json"
+    spec.write_text(json.dumps({"kind": "redshare", "name": "red2", "scale": 3}))
+    res = CliRunner().invoke(app, ["judge", "--run", str(tmp_path), "--spec", str(spec)])
+    assert res.exit_code == 0, res.output
+    assert '"asked": 2' in res.output and {r["judge"] for r in read_rows(tmp_path / JUDGE_SCORES)} == {"red", "red2"}
+    # --judge overrides the spec's name
+    res = CliRunner().invoke(app, ["judge", "--run", str(tmp_path), "--spec", str(spec), "--judge", "red3"])
+    assert res.exit_code == 0 and "red3" in {r["judge"] for r in read_rows(tmp_path / JUDGE_SCORES)}
+    # a backend that builds something that is not a judge is refused by name
+    monkeypatch.setitem(judges.JUDGE_BACKENDS, "broken", lambda spec: object())
+    with pytest.raises(JudgeError, match="the broken backend built a object, which has no name and judge"):
+        judges.make_judge({"kind": "broken", "name": "b"})
+
+
+def test_judge_cli_spec_errors_are_one_sentence(tmp_path):
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    append(tmp_path, [_row("2A-00", 0, "fill('red')")])
+    run = ["judge", "--run", str(tmp_path)]
+    cases = {
+        "not json": ("{kind", "is not JSON"),
+        "unknown kind": (json.dumps({"kind": "gemini", "name": "g"}), "unknown kind 'gemini'"),
+        "bad option": (json.dumps({"kind": "openai", "name": "g", "base_url": "u", "model": 3}), "option model must be a string"),
+    }
+    for label, (text, message) in cases.items():
+        (tmp_path / "s.json").write_text(text)
+        res = CliRunner().invoke(app, run + ["--spec", str(tmp_path / "s.json")])
+        assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, (label, res.output)
+    res = CliRunner().invoke(app, run + ["--spec", str(tmp_path / "missing.json")])
+    assert res.exit_code == 2 and "cannot read the judge spec" in res.output
+    res = CliRunner().invoke(app, run + ["--spec", str(tmp_path / "s.json"), "--base-url", "http://x/v1"])
+    assert res.exit_code == 2 and "give one of" in res.output
+    res = CliRunner().invoke(app, run + ["--base-url", "http://x/v1", "--judge-model", "m"])
+    assert res.exit_code == 2 and "--judge NAME is needed" in res.output
+    res = CliRunner().invoke(app, run + ["--judge", "j", "--base-url", "http://x/v1", "--judge-model", "m",
+                                         "--api-key-env", "AMB_SURELY_UNSET_2"])
+    assert res.exit_code == 2 and "AMB_SURELY_UNSET_2" in res.output and "is not set" in res.output
+
+
+def test_the_study_judges_through_make_judge(tmp_path):
+    """`ambench run --judge-url/--judge-model` (study.finish) builds its judge from a spec and judges the run."""
+    from experiments.study import StudyConfig, finish
+
+    append(tmp_path, [_row("2A-00", 0, "fill('black')\nrect(8, 0, 8, 24, 'red')"),
+                                         _row("2A-00", 1, "import os")])
+    s = Server()
+    try:
+        c = StudyConfig.from_preset("quick", judge_url=s.url, judge_model="vlm", n_boot=10)
+        finish(c, tmp_path, {}, say=lambda m: None)
+    finally:
+        s.close()
+    rows = read_rows(tmp_path / JUDGE_SCORES)
+    assert s.calls == 1 and [(r["judge"], r["valid"]) for r in rows] == [("vlm", True), ("vlm", False)]

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from experiments.steering import probe_direction, region_mask, summarise_steering
+from bench.canvas.regions import region_mask
+from experiments.stages.steer import probe_direction, summarise_steering
 from hooks.steer import add_direction
 from interp.probes import fold_predictions
 
@@ -16,7 +17,7 @@ def test_direction_is_the_probe_gradient():
     assert abs(np.linalg.norm(g) - 1) < 1e-12
     # finite difference of the fitted probe's predicted left-half occupancy along g vs a random direction
     base = x[:1]
-    m = region_mask("left")
+    m = region_mask("left", 6).ravel()
 
     def left(v):
         return fold_predictions(x, y, v, [8], [1.0])[0, 0][0][m].mean()
@@ -29,7 +30,7 @@ def test_direction_is_the_probe_gradient():
         assert along >= (left(base + eps * r) - left(base)) / eps - 1e-9
     assert along > 0
     with pytest.raises(ValueError, match="unknown region"):
-        region_mask("middle")
+        region_mask("middle", 6)
 
 
 def test_add_direction_hook_changes_generation(tiny):
@@ -57,7 +58,7 @@ def test_steer_stage_end_to_end_on_a_run(tiny, tmp_path):
     from experiments.stages.capture import CaptureSettings, capture_stage
     from tests.experiments.runs import GENERATIONS, append, read_rows
     from experiments.stages.render import render_stage
-    from experiments.steering import STEERING, SteerSettings, steer_stage
+    from experiments.stages.steer import STEERING, SteerSettings, steer_stage
     from interp.prompts import Protocol, layout_items
 
     items = layout_items()[:6]

@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from bench.layout.judge import DIMENSIONS, PASS, RUBRIC_VERSION, VerdictCache, cache_key, png_bytes
+from bench.canvas.png import png_bytes
+from bench.layout.judge import DIMENSIONS, PASS, RUBRIC_VERSION, Judge, VerdictCache, cache_key
 from bench.layout.prompts import by_id
 from experiments.rundir import RunDir, reading, writing
 from experiments.stages.render import read_renders, render_stage, row_key
@@ -19,7 +20,7 @@ JUDGE_SCORES = RunDir.JUDGE_SCORES
 JUDGE_CACHE = "judge_cache.jsonl"
 
 
-def judge_stage(run: Any, judge: Any, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+def judge_stage(run: Any, judge: Judge, progress: Callable[[int], None] | None = None) -> dict[str, int]:
     """Judge every valid layout attempt (cached), then rewrite RUN/judge_scores.jsonl for this judge.
 
     Invalid attempts are not sent: they score 0 on every dimension and fail."""

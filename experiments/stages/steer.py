@@ -21,53 +21,29 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bench.canvas.regions import region_mask
 from bench.sandbox.boundary import clean_text
 from experiments.rundir import RunDir, answer_text, derive_seed, reading, writing
 from experiments.stages.probe import consensus
 from hooks.steer import add_direction
-from interp.probes import Grid, _pca_scores, _standardise, nested_cv
+from interp.probes import GRID_SIZE, FittedProbe, Grid, nested_cv
 
 STEERING = RunDir.STEERING
-REGIONS = {
-    "left": (slice(0, 6), slice(0, 3)), "right": (slice(0, 6), slice(3, 6)),
-    "top": (slice(0, 3), slice(0, 6)), "bottom": (slice(3, 6), slice(0, 6)),
-}
-
-
-def region_mask(name: str) -> np.ndarray:
-    if name not in REGIONS:
-        raise ValueError(f"unknown region {name!r}: use {', '.join(REGIONS)}")
-    m = np.zeros((6, 6), bool)
-    m[REGIONS[name]] = True
-    return m.ravel()
 
 
 def probe_direction(x: np.ndarray, y: np.ndarray, region: str, k: int, alpha: float) -> np.ndarray:
     """Unit vector in residual space along which the probe's predicted occupancy of `region` grows fastest."""
-    z, _ = _standardise(x, x[:1])
-    sd = x.std(axis=0)
-    sd[sd == 0] = 1.0
-    u, s, _ = _pca_scores(z, z[:1], k)
-    # ridge on PCA scores: beta = S/(S^2+alpha) U^T y_c; V_k = z^T U_k / S_k
-    coef = (s / (s ** 2 + alpha))[:, None] * (u.T @ (y - y.mean(axis=0)))
-    v = (z.T @ u) / s
-    w = v @ coef  # [d, 36]: standardised input -> occupancy
-    g = (w @ region_mask(region).astype(float)) / sd
-    n = np.linalg.norm(g)
-    if n == 0:
-        raise ValueError("the probe has a zero gradient for this region")
-    return g / n
+    return FittedProbe.fit(x, y, k, alpha).direction(region_mask(region, GRID_SIZE))
 
 
 def chosen_hyperparameters(run: Any, model: str, task: str, layer: int, position: str, x: np.ndarray, y: np.ndarray,
                            seed: int) -> tuple[int, float]:
-    if True:
-        for r in reading(run).rows(RunDir.PROBES):
-            if (r.get("model") == model and r.get("task") == task and r.get("features") == "resid"
-                    and r.get("target") == "own" and r.get("layer") == layer and r.get("position") == position):
-                ks = [c["k"] for c in r["chosen"]]
-                alphas = [c["alpha"] for c in r["chosen"]]
-                return max(set(ks), key=ks.count), max(set(alphas), key=alphas.count)
+    for r in reading(run).rows(RunDir.PROBES):
+        if (r.get("model") == model and r.get("task") == task and r.get("features") == "resid"
+                and r.get("target") == "own" and r.get("layer") == layer and r.get("position") == position):
+            ks = [c["k"] for c in r["chosen"]]
+            alphas = [c["alpha"] for c in r["chosen"]]
+            return max(set(ks), key=ks.count), max(set(alphas), key=alphas.count)
     if x.shape[0] < 10:  # too few prompts to choose by nested CV: a small, fixed probe
         return min(4, x.shape[0] - 1), 1.0
     res = nested_cv(x, y, Grid(), seed)
@@ -82,7 +58,7 @@ class SteerSettings:
 
     layer: int  #: the block whose resid_pre is steered and whose probe gives the direction
     task: str = "layout"  #: probes, and so steering, are per task
-    region: str = "left"  #: half of the 6x6 grid whose predicted occupancy the direction raises
+    region: str = "left"  #: a region of `bench.canvas.regions.REGIONS` whose predicted occupancy the direction raises
     strengths: tuple[float, ...] = (0.0, 0.25, 0.5)  #: multiples of the layer's mean residual norm
     position: str = "last"  #: token position of the probe's features
     samples: int = 2  #: attempts per prompt and strength (sample 0 greedy), the same seeds at every strength
@@ -130,7 +106,7 @@ def _steer(rt: Any, rd: RunDir, s: SteerSettings, model: str, progress: Callable
     hook_name = rt.hook_names([s.layer])[0]
     done = {(r["model"], r["task"], r["prompt_id"], r["sample"], r["strength"], r["region"], r["layer"], r["position"])
             for r in rd.rows(STEERING)}
-    mask = region_mask(s.region).reshape(6, 6)
+    mask = region_mask(s.region, GRID_SIZE)
     with SandboxPool(workers=None) as pool:
         for pi, pid in enumerate(prompts):
             if shard is not None and pi % shard[1] != shard[0]:
@@ -181,4 +157,4 @@ def summarise_steering(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["REGIONS", "STEERING", "probe_direction", "region_mask", "steer_stage", "summarise_steering"]
+__all__ = ["STEERING", "probe_direction", "steer_stage", "summarise_steering"]
