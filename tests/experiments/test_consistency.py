@@ -269,3 +269,38 @@ def test_cli_bad_input_is_one_sentence_and_exit_2(tmp_path, dino_folder, case):
     err = p.stderr.strip()
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
     assert not (run / CONSISTENCY).exists()
+
+
+def test_study_runs_the_stage_when_given_a_folder_and_the_report_has_its_section(tmp_path, dino_folder):
+    """`ambench run --dino-folder` adds the stage to the study's finish; the report gets the section and its
+    summary answer (the constructed case: model a repeats its picture per prompt, c repaints a third)."""
+    from experiments.study import StudyConfig, finish
+
+    run = write_run(tmp_path / "run", model_attempts("a", 1, 0.0, entropy=0.2) + model_attempts("b", 2, 0.1, entropy=0.4)
+                    + model_attempts("c", 3, 0.3, entropy=0.9))
+    with RunDir.writer(run) as rd:
+        finish(StudyConfig(dino_folder=str(dino_folder), device="cpu", n_boot=50), rd, {}, say=lambda m: None)
+    rows = read_rows(run / CONSISTENCY)
+    assert tight(by(rows, "coherence", model="a", tier="all")[0]) and not tight(by(rows, "coherence", model="c", tier="all")[0])
+    page = (run / RunDir.REPORT).read_text()
+    assert "concept consistency (DINO)" in page and "Spearman rho between mean token entropy" in page
+    assert "over 3 models = 1.000" in page  # entropy rises with the repainted share: a monotone relation
+    assert page.count("alt=\"DINO map of") == 3
+
+
+def test_study_without_a_folder_has_no_section(tmp_path):
+    from experiments.study import StudyConfig, finish
+
+    run = write_run(tmp_path / "run", model_attempts("a", 1, 0.0))
+    with RunDir.writer(run) as rd:
+        finish(StudyConfig(n_boot=50), rd, {}, say=lambda m: None)
+    assert not (run / CONSISTENCY).exists() and "concept consistency" not in (run / RunDir.REPORT).read_text()
+
+
+def test_run_refuses_a_bad_dino_folder_before_any_work(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "--out", str(tmp_path / "run"), "--dino-folder",
+                        str(tmp_path / "nowhere")], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "the DINO folder" in p.stderr and "does not exist" in p.stderr
+    assert not (tmp_path / "run").exists()
