@@ -200,6 +200,8 @@ class RunDir:
     PATCHING = "patching.jsonl"
     INTERVENTIONS_TABLE = "interventions_table.json"
     STEERING = "steering.jsonl"
+    CONSISTENCY = "consistency.jsonl"
+    CONSISTENCY_PLOTS = "consistency"
     SUMMARY = "summary.json"
     REPORT = "report/index.html"
     SVG_NATIVE = "svg_native"

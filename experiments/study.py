@@ -73,6 +73,7 @@ class StudyConfig:
     judge_url: str | None = None  #: an OpenAI-compatible VLM endpoint; judging runs when given
     judge_model: str | None = None  #: the model name that endpoint serves
     judge_name: str | None = None  #: a name for the judge (default: the model name)
+    dino_folder: str | None = None  #: a local DINO ViT folder; the concept-consistency stage runs when given
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> "StudyConfig":
@@ -207,12 +208,29 @@ def _check_safetensors(path: Path) -> None:
         raise ModelError(f"{path} is truncated ({size} bytes, its header needs {8 + n + end}): copy it again")
 
 
+def check_dino(c: StudyConfig) -> None:
+    """A DINO folder that cannot be loaded fails before hours of generation, not at the end of the run."""
+    if c.dino_folder:
+        from interp.dino import load_dino
+
+        load_dino(c.dino_folder, "cpu")
+
+
+def _dino_device(c: StudyConfig) -> str:
+    if c.device:
+        return c.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 # --------------------------------------------------------------------------- the study
 
 
 def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None = None,
               say: Callable[[str], None] = print) -> dict[str, Any]:
     check_models(c.models)  # a typo or a broken folder fails here, before the run directory records anything
+    check_dino(c)
     sets = prompt_sets(c)
     with writing(out, "ambench run") as rd:
         # which shard a directory ran is not a setting: a merge's copies run other shards of the same study
@@ -328,6 +346,11 @@ def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable
         say("judge")
         judge_stage(rd, make_judge({"kind": "openai", "name": c.judge_name or c.judge_model, "base_url": c.judge_url,
                                     "model": c.judge_model}))
+    if c.dino_folder:
+        from experiments.stages.consistency import ConsistencySettings, consistency_stage
+
+        say("DINO concept consistency and the entropy confound")
+        consistency_stage(rd, c.dino_folder, ConsistencySettings(seed=c.seed, device=_dino_device(c)))
     media = media_table(rd, n_boot=c.n_boot, seed=c.seed)
     if media:
         say("medium comparison (Exp. 2)")
@@ -376,6 +399,7 @@ def run_ray(c: StudyConfig, out: Path, n_shards: int, say: Callable[[str], None]
         return folder
 
     check_models(c.models)
+    check_dino(c)
     out = Path(out)
     for phase in ("a", "b"):
         folders = [out / RunDir.SHARDS / f"{phase}-{i}-of-{n_shards}" for i in range(n_shards)]

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.rundir import RunDir, reading, writing
+from experiments.rundir import RunDir, reading, safe_name, writing
 
 
 def paper_values() -> dict[str, Any]:
@@ -235,6 +235,40 @@ def _interventions(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[
                      "a": " ".join(answers)}] if answers else [])
 
 
+def _consistency(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Appendix E.2/E.3: DINO concept consistency per model and tier, and the entropy confound across models."""
+    rows = _read(run, RunDir.CONSISTENCY)
+    coh = [r for r in rows if r.get("kind") == "coherence"]
+    if not coh:
+        return [], []
+    from experiments.stages.consistency import PAPER
+
+    parts = ["<h2>Appendix: concept consistency (DINO) and the entropy confound</h2>",
+             "<p>Per model and tier: mean DINO distance between renders of the same prompt (d_intra) and of different "
+             "prompts (d_inter), their ratio (lower: the model draws one concept per prompt), the silhouette of the "
+             "prompts as clusters, and the local-structure distance between attempts of a prompt.</p>",
+             _table(coh, ["model", "arm", "tier", "n_renders", "n_prompts", "d_intra", "d_inter", "ratio", "silhouette",
+                          "local_distance"])]
+    answers = []
+    for c in [r for r in rows if r.get("kind") == "confound"]:
+        ent = [r for r in rows if r.get("kind") == "entropy" and r.get("arm") == c["arm"]]
+        parts.append(_table(ent, ["model", "arm", "mean_entropy", "local_distance", "fitted", "residual"]))
+        rho = "not computable" if c["rho"] is None else f"{c['rho']:.3f} (p = {c['p']:.3g})"
+        note = f" ({html.escape(c['note'])})" if c.get("note") else ""
+        answers.append(f"arm {html.escape(c['arm'])}: Spearman rho between mean token entropy and local-structure distance "
+                       f"over {c['n_models']} models = {rho}{note}.")
+    for r in rows:
+        if r.get("kind") == "map":
+            f = run.file(f"{RunDir.CONSISTENCY_PLOTS}/map-{safe_name(r['model'])}-{safe_name(r['arm'])}.png")
+            if f.is_file():
+                parts.append(_img_file(f, f"DINO map of {r['model']}, {r['arm']}"))
+    parts.append(f"<p class='paper'>Paper: rho = {PAPER['rho']} over {PAPER['n_models']} models (p {PAPER['p']}); "
+                 "entropy-adjusted residuals " + ", ".join(f"{k} {v:+.3f}" for k, v in PAPER["residual"].items()) + ".</p>")
+    if not answers:
+        answers = [f"{len({r['model'] for r in coh})} model(s) analysed; the confound needs at least 3 models."]
+    return parts, [{"q": "Is local-structure consistency more than token entropy? (appendix E.3)", "a": " ".join(answers)}]
+
+
 def _mosaics(run: RunDir) -> list[str]:
     from bench.layout.prompts import by_id
     from experiments.rundir import arm_of
@@ -292,7 +326,7 @@ def _write_report(run: RunDir) -> Path:
     paper = paper_values()
     summary: list[dict[str, Any]] = []
     body: list[str] = []
-    for section in (_translation, _layout, _media, _probes, _interventions):
+    for section in (_translation, _layout, _media, _probes, _interventions, _consistency):
         parts, answers = section(run, paper)
         body += parts
         summary += answers
