@@ -201,6 +201,8 @@ class RunDir:
     INTERVENTIONS_TABLE = "interventions_table.json"
     STEERING = "steering.jsonl"
     CONSISTENCY = "consistency.jsonl"
+    TRAJECTORY = "trajectory.jsonl"
+    TRAJECTORY_PLOTS = "trajectory"
     CONSISTENCY_PLOTS = "consistency"
     SUMMARY = "summary.json"
     REPORT = "report/index.html"

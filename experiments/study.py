@@ -73,6 +73,7 @@ class StudyConfig:
     judge_url: str | None = None  #: an OpenAI-compatible VLM endpoint; judging runs when given
     judge_model: str | None = None  #: the model name that endpoint serves
     judge_name: str | None = None  #: a name for the judge (default: the model name)
+    trajectory: bool = False  #: probe the drawn and the final canvas at every statement boundary (plan or state)
     dino_folder: str | None = None  #: a local DINO ViT folder; the concept-consistency stage runs when given
 
     @classmethod
@@ -304,6 +305,15 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
         pc = patch_stage(rt, rd, m, ps, progress=bar.update, shard=shard)
     say(f"[model {m}] patching: {pc['rows']} rows over {pc['cuts']} cuts "
         f"({pc['cuts_with_unequal_token_counts']} cuts skipped: unequal token counts)")
+    if c.trajectory and shard is None:  # one forward pass per greedy attempt: cheap, and its probes need all of them
+        from experiments.stages.trajectory import TrajectorySettings, trajectory_stage, verdict
+
+        say(f"[model {m}] plan or state: probes at every statement boundary")
+        out = trajectory_stage(rt, rd, m, TrajectorySettings(n_boot=c.n_boot, seed=c.seed))
+        say(f"[model {m}] plan or state: {verdict(out['rows'])}")
+    elif c.trajectory:
+        say(f"[model {m}] plan or state is not sharded (one forward pass per greedy attempt): run "
+            f"`ambench trajectory --run MERGED --model {m}` on the merged run")
 
 
 def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable[[str], None] = print) -> dict[str, Any]:

@@ -235,6 +235,31 @@ def _interventions(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[
                      "a": " ".join(answers)}] if answers else [])
 
 
+def _trajectory(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The open question: plan or state along the generation (probes at every statement boundary)."""
+    rows = _read(run, RunDir.TRAJECTORY)
+    if not any(r.get("probe") for r in rows):
+        return [], []
+    from experiments.stages.trajectory import verdict
+
+    parts = ["<h2>Open question: a plan ahead of the drawing, or a state that follows it?</h2>",
+             "<p>At boundary 0 (the last prompt token) and after each top-level drawing statement of the greedy attempts, "
+             "probes decode (a) the canvas drawn so far, (b) the final canvas, and, without activations, the final canvas "
+             "from the drawn canvas alone (<em>state</em>). <em>final-state</em> is what the activations hold of the "
+             "final canvas beyond the code drawn so far (paired prompt-bootstrap CI).</p>"]
+    answers = []
+    for (model, task) in sorted({(r["model"], r["task"]) for r in rows if r.get("probe")}):
+        mine = [r for r in rows if (r["model"], r["task"]) == (model, task)]
+        table = [{**r, "ci": _ci(*r["ci"])} for r in mine if r.get("probe")]
+        parts.append(f"<h3>{html.escape(model)} ({html.escape(task)})</h3>" +
+                     _table(table, ["boundary", "n", "probe", "r2", "ci", "layers"]))
+        f = run.file(f"{RunDir.TRAJECTORY_PLOTS}/{safe_name(model)}-{safe_name(task)}.png")
+        if f.is_file():
+            parts.append(_img_file(f, f"plan or state: {model}"))
+        answers.append(f"{html.escape(model)}: {html.escape(verdict(mine))}.")
+    return parts, [{"q": "Do models hold the final canvas before they draw it? (open question)", "a": " ".join(answers)}]
+
+
 def _consistency(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     """Appendix E.2/E.3: DINO concept consistency per model and tier, and the entropy confound across models."""
     rows = _read(run, RunDir.CONSISTENCY)
@@ -326,7 +351,7 @@ def _write_report(run: RunDir) -> Path:
     paper = paper_values()
     summary: list[dict[str, Any]] = []
     body: list[str] = []
-    for section in (_translation, _layout, _media, _probes, _interventions, _consistency):
+    for section in (_translation, _layout, _media, _probes, _interventions, _trajectory, _consistency):
         parts, answers = section(run, paper)
         body += parts
         summary += answers
