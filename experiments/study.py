@@ -316,7 +316,13 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
             f"`ambench trajectory --run MERGED --model {m}` on the merged run")
 
 
-def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable[[str], None] = print) -> dict[str, Any]:
+def finish(c: StudyConfig, run: Path | RunDir, sets: dict[str, list[Any]], say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The host stages after both model phases (renders, scores, tables, probes, judges, report) on `run`."""
+    with writing(run, "ambench run") as rd:
+        return _finish(c, rd, sets, say)
+
+
+def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable[[str], None]) -> dict[str, Any]:
     from experiments.stages.intervene import summarise_interventions
     from experiments.stages.layout import layout_table, media_table
     from experiments.stages.probe import ProbeError, probe_stage
