@@ -73,6 +73,22 @@ class StudyConfig:
     judge_url: str | None = None  #: an OpenAI-compatible VLM endpoint; judging runs when given
     judge_model: str | None = None  #: the model name that endpoint serves
     judge_name: str | None = None  #: a name for the judge (default: the model name)
+    # --- issue 16 (the three analyses added after the paper's tables) ---
+    #: extra canvas media for the layout task (`v1-48`, `outline`): one more layout arm each, rendered at its
+    #: own resolution, with its own layout tables, judges and the T2/T3 gap contrast against v1; capture,
+    #: probes and interventions stay on the paper's canvas
+    media: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        from bench.canvas.medium import get_medium
+
+        object.__setattr__(self, "media", tuple(self.media))  # a list from JSON (config.json, Ray) becomes a tuple
+        for m in self.media:
+            if m in ("v1", "svg"):
+                raise ValueError(f"--medium {m}: the paper's canvas always runs and SVG is --svg; give another medium")
+            get_medium(m)  # an unknown name is one sentence (ValueError)
+        if len(set(self.media)) != len(self.media):
+            raise ValueError("a medium is given twice")
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> "StudyConfig":
@@ -91,16 +107,17 @@ class StudyConfig:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["models"] = list(self.models)
+        d["media"] = list(self.media)
         return d
 
     # ------------------------------------------------------------------ the stages' settings
 
-    def generate(self, task: str, output: str = "canvas") -> Any:
+    def generate(self, task: str, output: str = "canvas", medium: str = "v1") -> Any:
         from experiments.stages.generate import GenerateSettings
 
         samples = self.translation_samples if task == "translation" else self.samples
         return GenerateSettings(samples, self.temperature, self.seed, self.max_new_tokens, self.batch_size, self.protocol,
-                                self.shots, output)
+                                self.shots, output, medium)
 
     def capture(self) -> Any:
         from experiments.stages.capture import CaptureSettings
@@ -126,9 +143,10 @@ class StudyConfig:
         return ProbeSettings(min_attempts=self.min_attempts, n_perm=self.n_perm, n_perm_layers=self.n_perm_layers,
                              n_boot=self.n_boot, seed=self.seed)
 
-    def arms(self) -> list[tuple[str, str]]:
-        """(task, output) of every generation arm, in the order they run."""
-        return [("translation", "canvas"), ("layout", "canvas")] + ([("layout", "svg")] if self.svg else [])
+    def arms(self) -> list[tuple[str, str, str]]:
+        """(task, output, medium) of every generation arm, in the order they run."""
+        return ([("translation", "canvas", "v1"), ("layout", "canvas", "v1")] + ([("layout", "svg", "v1")] if self.svg else [])
+                + [("layout", "canvas", m) for m in self.media])  # issue 16: extra canvas media
 
 
 def prompt_sets(c: StudyConfig) -> dict[str, list[Any]]:
@@ -225,7 +243,7 @@ def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None 
 
 
 def _expected(c: StudyConfig, sets: dict[str, list[Any]]) -> int:
-    return sum(len(sets[task]) * (c.generate(task, out).samples + 1) for task, out in c.arms())
+    return sum(len(sets[task]) * (c.generate(task, out, med).samples + 1) for task, out, med in c.arms())
 
 
 def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]], shard: tuple[int, int] | None,
@@ -240,11 +258,12 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
     rt = Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code, device_map=c.device_map,
                       quantize=c.quantize)
     say(f"[model {m}] {describe(rt)}")
-    for task, output in c.arms():
-        gs = c.generate(task, output)
+    for task, output, medium in c.arms():
+        gs = c.generate(task, output, medium)
         total = len(sets[task]) * (gs.samples + 1)
-        say(f"[model {m}] generate {task} ({output}): {len(sets[task])} prompts x {gs.samples + 1} attempts")
-        with _bar(total, f"generate {task} ({output})", "attempt") as bar:
+        arm = output if medium == "v1" else medium
+        say(f"[model {m}] generate {task} ({arm}): {len(sets[task])} prompts x {gs.samples + 1} attempts")
+        with _bar(total, f"generate {task} ({arm})", "attempt") as bar:
             generate_stage(rt, sets[task], rd, gs, model=m, shard=shard, progress=lambda n, toks, bar=bar: bar.update(n), say=say)
     say(f"[model {m}] capture the residual stream ({rt.info.n_layers + 1} sites x 3 positions)")
     with _bar(len(sets["translation"]) + len(sets["layout"]), "capture", "prompt") as bar:
@@ -270,7 +289,7 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
 
 def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable[[str], None] = print) -> dict[str, Any]:
     from experiments.stages.intervene import summarise_interventions
-    from experiments.stages.layout import layout_table, media_table
+    from experiments.stages.layout import layout_table, media_table, tier_gap_table
     from experiments.stages.probe import ProbeError, probe_stage
     from experiments.stages.render import render_stage
     from experiments.stages.report import write_report
@@ -313,6 +332,11 @@ def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable
         say("medium comparison (Exp. 2)")
         rd.write_json(RunDir.MEDIA_TABLE, media)
         summary["media"] = media
+    gaps = tier_gap_table(rd, n_boot=c.n_boot, seed=c.seed)  # issue 16: written only when the run has two media
+    if gaps:
+        say("the T2/T3 gap per medium")
+        rd.write_json(RunDir.TIER_GAPS, gaps)
+        summary["tier_gaps"] = [g for g in gaps if g["kind"] == "contrast"]
     say("report")
     path = write_report(rd)
     summary["report"] = str(path.relative_to(rd.path))
@@ -413,13 +437,15 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
             for k, v in other.get("stages", {}).items():
                 cfg["stages"].setdefault(k, v)
         rd.write_json(RunDir.CONFIG, cfg)
-        # generations: the unsharded order is model, then arm (translation, layout, svg), then prompt, then sample
+        # generations: the unsharded order is model, then arm (translation, layout, svg, other media), then
+        # prompt, then sample
         order_m = {m: i for i, m in enumerate(c.models)}
+        arm_rank = {(t, "svg" if o == "svg" else med): i for i, (t, o, med) in enumerate(c.arms())}
         prompt_index = {("translation", it.id): i for i, it in enumerate(sets["translation"])}
         prompt_index.update({("layout", it.id): i for i, it in enumerate(sets["layout"])})
 
         def gen_key(r: dict[str, Any]) -> tuple:
-            return (order_m.get(r["model"], 99), r.get("medium") == "svg", 0 if r["task"] == "translation" else 1,
+            return (order_m.get(r["model"], 99), arm_rank.get((r["task"], r.get("medium", "v1")), 99),
                     prompt_index.get((r["task"], r["prompt_id"]), 10**6), r["sample"])
 
         merged = sorted(rows.values(), key=gen_key)

@@ -25,6 +25,8 @@ def run_cmd(
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1),
     protocol: Optional[str] = typer.Option(None, "--protocol"),
     svg: Optional[bool] = typer.Option(None, "--svg/--no-svg", help="Also run the SVG arm (default: on in the paper preset)."),
+    media: Optional[list[str]] = typer.Option(None, "--medium", help="An extra canvas medium for the layout task (repeat): "
+                                              "v1-48, outline. Adds a layout arm, its tables and the T2/T3 gap contrast."),
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     trust_remote_code: TrustOpt = False,
@@ -47,7 +49,7 @@ def run_cmd(
         c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
                                     layout_per_subcategory=layout_per_subcategory, samples=samples,
                                     translation_samples=translation_samples, max_new_tokens=max_new_tokens, protocol=protocol,
-                                    svg=svg, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
+                                    svg=svg, media=tuple(media) if media else None, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
                                     trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize)
         sh = parse_shard(shard) if shard else None
     except ValueError as e:

@@ -32,10 +32,11 @@ def _img_file(path: Path, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _img_pixels(pixels: np.ndarray, alt: str, scale: int = 5) -> str:
-    from bench.canvas.png import png_bytes
+def _img_pixels(pixels: np.ndarray, alt: str, side: int = 120) -> str:
+    """A mosaic as an inline PNG of `side` pixels whatever its resolution (24 cells x5, 48 cells x2.5 -> x2)."""
+    from bench.canvas.png import png_bytes, scale_for
 
-    data = base64.b64encode(png_bytes(pixels, scale)).decode()
+    data = base64.b64encode(png_bytes(pixels, scale_for(pixels, side))).decode()
     return f'<img class="mosaic" alt="{html.escape(alt)}" title="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
@@ -143,6 +144,34 @@ def _media(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str
                f"(resolution-matched; native {p['native_delta']:+.2f}); CodeLlama 34B {p['per_model']['CodeLlama 34B']:+.2f}, "
                f"Qwen2.5-Coder 32B {p['per_model']['Qwen2.5-Coder 32B']:+.2f}.</p>")
     return [section], [{"q": "Does the output medium change what models can express? (Exp. 2)", "a": " ".join(answers)}]
+
+
+def _tier_gaps(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Issue 16: the T2/T3 gap per medium and its difference between media (layout.tier_gap_table)."""
+    rows = _json(run, RunDir.TIER_GAPS) or []
+    if not rows:
+        return [], []
+    p = paper["layout"]
+    gaps = [r for r in rows if r["kind"] == "gap"]
+    contrasts = [r for r in rows if r["kind"] == "contrast"]
+    section = ("<h2>Is the T2/T3 inversion a property of the 24x24 medium? (beyond the paper)</h2>"
+               "<p>T3 &minus; T2 of the per-prompt score (positive: compositions beat icons, the paper's inversion), and its "
+               "difference between each medium and the paper's canvas over the prompts both scored; 95% CIs from a prompt "
+               "bootstrap stratified by tier and paired across media.</p>" +
+               _table(gaps, ["metric", "model", "protocol", "medium", "n_T2", "n_T3", "T2", "T3", "gap", "ci", "inverted"]) +
+               _table(contrasts, ["metric", "model", "protocol", "a", "b", "n_T2", "n_T3", "gap_a", "gap_b", "difference", "ci"],
+                      ["metric", "model", "protocol", "A", "B", "T2 prompts", "T3 prompts", "gap A", "gap B", "gap B − gap A",
+                       "95% CI"]) +
+               f"<p class='paper'>Paper (24x24 canvas only, pooled): judge 1 T2 {p['judge1_tier']['T2']} vs T3 "
+               f"{p['judge1_tier']['T3']}, judge 2 T2 {p['judge2_tier']['T2']} vs T3 {p['judge2_tier']['T3']}; the paper "
+               "attributes the inversion to the 24x24 resolution and did not test another medium.</p>")
+    answers = [f"{html.escape(r['model'])}, {html.escape(r['metric'])}: T3 &minus; T2 {r['gap_a']:+.3f} on {html.escape(r['a'])}, "
+               f"{r['gap_b']:+.3f} on {html.escape(r['b'])}; difference {r['difference']:+.3f} {_ci(*r['ci'])} over "
+               f"{r['n_T2']}+{r['n_T3']} prompts ("
+               f"{'the gap depends on the medium' if r['ci'][0] > 0 or r['ci'][1] < 0 else 'no medium effect on the gap shown'})."
+               for r in contrasts]
+    return [section], ([{"q": "Is the T2/T3 inversion a property of the 24x24 medium?", "a": " ".join(answers)}]
+                       if answers else [])
 
 
 def _probes(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -292,7 +321,7 @@ def _write_report(run: RunDir) -> Path:
     paper = paper_values()
     summary: list[dict[str, Any]] = []
     body: list[str] = []
-    for section in (_translation, _layout, _media, _probes, _interventions):
+    for section in (_translation, _layout, _media, _tier_gaps, _probes, _interventions):
         parts, answers = section(run, paper)
         body += parts
         summary += answers
