@@ -220,3 +220,76 @@ def test_single_medium_runs_have_no_gap_table(tmp_path):
     append(tmp_path, [_row("m", "2A-00", 0, GOOD), _row("m", "3A-00", 0, GOOD)])
     render_stage(tmp_path, workers=1)
     assert tier_gap_table(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- the study
+
+
+def test_study_config_media_arms_and_errors():
+    from experiments.study import StudyConfig
+
+    c = StudyConfig.from_preset("quick", media=("v1-48", "outline"))
+    assert c.arms() == [("translation", "canvas", "v1"), ("layout", "canvas", "v1"), ("layout", "canvas", "v1-48"),
+                        ("layout", "canvas", "outline")]
+    assert c.generate("layout", "canvas", "v1-48").medium == "v1-48" and c.as_dict()["media"] == ["v1-48", "outline"]
+    assert StudyConfig(**{**c.as_dict(), "models": ["x"]}).media == ("v1-48", "outline")  # from JSON: lists
+    for bad, msg in ((("v2",), "unknown medium"), (("svg",), "SVG is --svg"), (("outline", "outline"), "twice")):
+        with pytest.raises(ValueError, match=msg):
+            StudyConfig.from_preset("quick", media=bad)
+
+
+def test_merge_puts_media_arms_in_the_unsharded_order(tmp_path):
+    """Rows of a medium arm go after the paper arms (the order an unsharded run writes); the old merge key
+    sorted them among the v1 layout rows by prompt."""
+    from experiments.study import StudyConfig, merge_runs, prompt_sets
+
+    c = StudyConfig.from_preset("quick", translation_prompts=1, layout_per_subcategory=1, samples=0, media=("v1-48",))
+    sets = prompt_sets(c)
+    want = [_row("m", it.id, 0, TRIVIAL, "v1", "translation") for it in sets["translation"]]
+    want += [_row("m", it.id, 0, TRIVIAL, "v1") for it in sets["layout"]]
+    want += [_row("m", it.id, 0, TRIVIAL, "v1-48") for it in sets["layout"]]
+    config = {"stages": {"study": {"config": {**c.as_dict(), "models": ["m"]}, "versions": {}, "shard": [0, 2]}}}
+    shards = []
+    for i in range(2):
+        d = tmp_path / f"s{i}"
+        append(d, want[i::2][::-1])
+        (d / "config.json").write_text(json.dumps(config))
+        shards.append(d)
+    merge_runs(shards, tmp_path / "merged")
+    got = read_rows(tmp_path / "merged" / GENERATIONS)
+    assert [AttemptKey.of(r) for r in got] == [AttemptKey.of(r) for r in want]
+
+
+def test_run_with_a_medium_end_to_end(tmp_path):
+    """`ambench run --medium v1-48` on a tiny random model: a 48-cell layout arm, rendered at 48x48, in the
+    layout table and the T2/T3 gap table and the report; capture and interventions stay on v1."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.interp.tiny import build_tiny
+
+    model = build_tiny(tmp_path / "tiny")
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    cmd = [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out), "--translation-prompts", "1",
+           "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "8", "--medium", "v1-48"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = read_rows(out / GENERATIONS)
+    big = [r for r in rows if r["medium"] == "v1-48"]
+    assert len(big) == 15 * 2 and all(r["task"] == "layout" for r in big)
+    renders = read_renders(out)
+    assert {renders[row_key(r)]["pixels"].shape for r in big} == {(48, 48, 3)}
+    assert {renders[row_key(r)]["pixels"].shape for r in rows if r["medium"] == "v1"} == {(24, 24, 3)}
+    arms = {r["protocol"] for r in json.loads((out / "layout_table.json").read_text())}
+    assert arms == {"few-shot-2", "v1-48/few-shot-2"}
+    gaps = json.loads((out / "tier_gaps.json").read_text())
+    assert {(g["kind"], g.get("b")) for g in gaps} >= {("gap", None), ("contrast", "v1-48")}
+    from experiments.rundir import read_rows as rr
+
+    assert {r["medium"] for r in rr(out / "intervention_cuts.jsonl")} <= {"v1"}
+    page = (out / "report" / "index.html").read_text()
+    assert "Is the T2/T3 inversion a property of the 24x24 medium?" in page
+    assert "tier_gaps" in json.loads((out / "summary.json").read_text())
