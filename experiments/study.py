@@ -78,6 +78,8 @@ class StudyConfig:
     #: own resolution, with its own layout tables, judges and the T2/T3 gap contrast against v1; capture,
     #: probes and interventions stay on the paper's canvas
     media: tuple[str, ...] = ()
+    #: the cross-model selectivity table and the own-minus-others gap's CI (needs two models' activations)
+    selectivity: bool = False
 
     def __post_init__(self) -> None:
         from bench.canvas.medium import get_medium
@@ -142,6 +144,14 @@ class StudyConfig:
 
         return ProbeSettings(min_attempts=self.min_attempts, n_perm=self.n_perm, n_perm_layers=self.n_perm_layers,
                              n_boot=self.n_boot, seed=self.seed)
+
+    def selectivity_settings(self) -> Any:
+        """The selectivity stage's settings: the probe stage's targets, grid and seed (issue 16)."""
+        from experiments.stages.selectivity import SelectivitySettings
+
+        p = self.probe()
+        return SelectivitySettings(min_attempts=p.min_attempts, exclude_trivial=p.exclude_trivial, n_boot=p.n_boot, seed=p.seed,
+                                   pca=p.pca, alphas=p.alphas, outer=p.outer, inner=p.inner)
 
     def arms(self) -> list[tuple[str, str, str]]:
         """(task, output, medium) of every generation arm, in the order they run."""
@@ -316,6 +326,15 @@ def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable
         probe_stage(rd, None, c.probe(), progress=lambda m: say("  " + m))
     except ProbeError as e:
         say(f"  probes skipped: {e}")
+    if c.selectivity:  # issue 16
+        from experiments.stages.selectivity import selectivity_stage
+
+        say("cross-model selectivity")
+        try:
+            sel = selectivity_stage(rd, c.selectivity_settings(), progress=lambda m: say("  " + m))
+            summary["selectivity"] = [r for r in sel if r["kind"] == "mean_gap"]
+        except ProbeError as e:
+            say(f"  selectivity skipped: {e}")
     say("intervention tables")
     it = summarise_interventions(rd, c.seed)
     if it:

@@ -1,4 +1,4 @@
-"""`ambench probe`, `intervene`, `patch`, `steer`: Exp. 3 and beyond, each a thin wrapper over its stage."""
+"""`ambench probe`, `selectivity`, `intervene`, `patch`, `steer`: Exp. 3 and beyond, each a thin wrapper over its stage."""
 
 from __future__ import annotations
 
@@ -47,6 +47,45 @@ def probe(
         elif r.get("kind") in ("ceiling", "skipped", "targets"):
             typer.echo(json.dumps(r))
     typer.echo(f"wrote {run / RunDir.PROBES} ({len(rows)} rows) and plots in {run / RunDir.PROBE_PLOTS}")
+
+
+@app.command()
+def selectivity(
+    run: RunOpt,
+    models: Optional[list[str]] = typer.Option(None, "--models", help="Only these models (default: every model with activations)."),
+    tasks: Optional[list[str]] = typer.Option(None, "--task", help="Tasks (repeat; default: layout)."),
+    min_attempts: int = typer.Option(1, "--min-attempts", min=1, help="As `ambench probe` (the cells equal its best-layer rows)."),
+    exclude_trivial: bool = typer.Option(False, "--exclude-trivial/--include-trivial", help="As `ambench probe`."),
+    n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Prompt-clustered bootstrap resamples."),
+    seed: SeedOpt = 0,
+) -> None:
+    """Cross-model selectivity: each model's activations decoding every model's layouts (best layer, nested
+    CV), and the own-minus-others gap with a prompt-clustered bootstrap CI; writes selectivity.jsonl."""
+    from experiments.rundir import RunDir
+    from experiments.stages.probe import ProbeError
+    from experiments.stages.selectivity import SelectivitySettings, selectivity_stage
+
+    s = SelectivitySettings(tasks=tuple(tasks) if tasks else ("layout",), min_attempts=min_attempts,
+                            exclude_trivial=exclude_trivial, n_boot=n_boot, seed=seed)
+    with run_writer(run, "ambench selectivity") as rd:
+        try:
+            rows = selectivity_stage(rd, s, models, progress=lambda msg: typer.echo(msg, err=True))
+        except ProbeError as e:
+            fail(str(e))
+
+    def f3(v: Optional[float]) -> str:
+        return "n/a" if v is None else f"{v:+.3f}"
+
+    for r in rows:
+        if r["kind"] == "gap":
+            typer.echo(f"{r['task']} {r['position']:<8} {r['model']}: own {f3(r['own_r2'])}, others {f3(r['others_mean_r2'])}, "
+                       f"gap {f3(r['gap'])} [{f3(r['ci'][0])}, {f3(r['ci'][1])}]{' (own best)' if r['own_best'] else ''}")
+        elif r["kind"] == "mean_gap":
+            typer.echo(f"{r['task']} {r['position']:<8} mean own-minus-others gap over {r['n_models']} models: {f3(r['gap'])} "
+                       f"[{f3(r['ci'][0])}, {f3(r['ci'][1])}] (paper: +0.015)")
+        elif r["kind"] == "skipped":
+            typer.echo(json.dumps(r))
+    typer.echo(f"wrote {run / RunDir.SELECTIVITY} ({len(rows)} rows)")
 
 
 @app.command()

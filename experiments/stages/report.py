@@ -221,6 +221,39 @@ def _probes(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[st
                      "a": " ".join(answers)}] if answers else [])
 
 
+def _selectivity(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Issue 16: the model x model decoding table and the own-minus-others gap (stages/selectivity.py)."""
+    rows = _read(run, RunDir.SELECTIVITY)
+    if not rows:
+        return [], []
+    p = paper["probes"]
+    gaps = [r for r in rows if r["kind"] in ("gap", "mean_gap")]
+    section = ("<h3>Cross-model selectivity: does a model decode its own layouts better than the others'?</h3>"
+               "<p>R&sup2; of the best-layer probe from one model's activations (row) to each model's consensus layouts "
+               "(target); the gap is own &minus; the mean over the other models; 95% CIs from one prompt-clustered "
+               "bootstrap across every cell.</p>" +
+               _table(gaps, ["task", "position", "kind", "model", "n_models", "own_r2", "others_mean_r2", "gap", "ci", "own_best"],
+                      ["task", "position", "row", "model (activations)", "models", "R² own", "R² others (mean)", "gap",
+                       "95% CI", "own best"]) +
+               _table([r for r in rows if r["kind"] == "cell"],
+                      ["task", "position", "model", "target", "n_prompts", "r2", "ci", "chosen_layers"],
+                      ["task", "position", "activations of", "targets of", "prompts", "R² (best layer)", "95% CI",
+                       "layer per outer fold"]) +
+               "".join(f"<p>{html.escape(r['task'])}: skipped ({html.escape(r['reason'])})</p>" for r in rows if r["kind"] == "skipped") +
+               f"<p class='paper'>Paper (8 models): mean own-minus-others gap {p['cross_model_gap']:+.3f}; own layouts best "
+               f"decoded for {p['cross_model_own_best']['own_best']} of {p['cross_model_own_best']['models']} models "
+               f"({p['cross_model_own_best']['which']}); GLM-4 9B {p['cross_model_gap_lowest']['GLM-4 9B']:+.3f}.</p>")
+    answers = []
+    for r in (x for x in rows if x["kind"] == "mean_gap"):
+        lo, hi = r["ci"]
+        verdict = ("models decode their own layouts better than the others'" if lo is not None and lo > 0 else
+                   "no model-specific layout shown: models decode one another's layouts about as well as their own")
+        answers.append(f"{html.escape(r['task'])}, {html.escape(r['position'])} token: mean own-minus-others gap {_fmt(r['gap'])} "
+                       f"{_ci(lo, hi)} over {r['n_models']} models, own best for {r['own_best']} ({verdict}).")
+    return [section], ([{"q": "Do models decode their own layouts better than other models' (cross-model selectivity)?",
+                         "a": " ".join(answers)}] if answers else [])
+
+
 def _interventions(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     t = _json(run, RunDir.INTERVENTIONS_TABLE)
     if not t:
@@ -321,7 +354,7 @@ def _write_report(run: RunDir) -> Path:
     paper = paper_values()
     summary: list[dict[str, Any]] = []
     body: list[str] = []
-    for section in (_translation, _layout, _media, _tier_gaps, _probes, _interventions):
+    for section in (_translation, _layout, _media, _tier_gaps, _probes, _selectivity, _interventions):
         parts, answers = section(run, paper)
         body += parts
         summary += answers
