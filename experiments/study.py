@@ -80,6 +80,8 @@ class StudyConfig:
     media: tuple[str, ...] = ()
     #: the cross-model selectivity table and the own-minus-others gap's CI (needs two models' activations)
     selectivity: bool = False
+    #: the attention focus of drawing statements on the prompt's spatial words, per valid layout attempt
+    attention: bool = False
 
     def __post_init__(self) -> None:
         from bench.canvas.medium import get_medium
@@ -152,6 +154,12 @@ class StudyConfig:
         p = self.probe()
         return SelectivitySettings(min_attempts=p.min_attempts, exclude_trivial=p.exclude_trivial, n_boot=p.n_boot, seed=p.seed,
                                    pca=p.pca, alphas=p.alphas, outer=p.outer, inner=p.inner)
+
+    def attention_settings(self) -> Any:
+        """The attention-focus stage's settings (issue 16): every valid layout attempt, every block."""
+        from experiments.stages.attention import AttentionSettings
+
+        return AttentionSettings(task="layout", n_boot=self.n_boot, seed=self.seed)
 
     def arms(self) -> list[tuple[str, str, str]]:
         """(task, output, medium) of every generation arm, in the order they run."""
@@ -295,6 +303,14 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
         pc = patch_stage(rt, rd, m, ps, progress=bar.update, shard=shard)
     say(f"[model {m}] patching: {pc['rows']} rows over {pc['cuts']} cuts "
         f"({pc['cuts_with_unequal_token_counts']} cuts skipped: unequal token counts)")
+    if c.attention:  # issue 16
+        from experiments.stages.attention import attention_stage
+
+        say(f"[model {m}] attention focus of the drawing statements on the prompt's spatial words")
+        with _bar(None, "attention", "attempt") as bar:
+            ac = attention_stage(rt, rd, m, c.attention_settings(), progress=bar.update, shard=shard)
+        say(f"[model {m}] attention: {ac['written']} attempts written of {ac['attempts']} valid"
+            + (f"; {ac['errors']} not read: {ac['error']}" if ac["errors"] else ""))
 
 
 def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -339,6 +355,12 @@ def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable
     it = summarise_interventions(rd, c.seed)
     if it:
         summary["interventions"] = it["counts"]
+    if rd.rows(RunDir.ATTENTION):  # issue 16
+        from experiments.stages.attention import summarise_attention
+
+        say("attention focus table")
+        summary["attention"] = [{k: t.get(k) for k in ("model", "task", "attempts", "mean", "median", "ci")}
+                                for t in summarise_attention(rd, c.n_boot, c.seed)]
     if c.judge_url and c.judge_model:
         from experiments.judges import make_judge
         from experiments.stages.judge import judge_stage
@@ -477,7 +499,8 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
         arm_i = {a: i for i, a in enumerate(ARMS)}
         dirs = {"moved->asis": 0, "asis->moved": 1}
         for name, unit in ((RunDir.INTERVENTIONS, lambda r: (r["cut"], arm_i[r["arm"]], r["k"])),
-                           (RunDir.PATCHING, lambda r: (r["cut"], r["layer"], dirs[r["direction"]]))):
+                           (RunDir.PATCHING, lambda r: (r["cut"], r["layer"], dirs[r["direction"]])),
+                           (RunDir.ATTENTION, lambda r: ())):  # issue 16: one row per attempt
             got: dict[tuple, dict[str, Any]] = {}
             for s in shards:
                 for r in read_rows(s / name):

@@ -218,6 +218,13 @@ class BuiltPrompt:
     open_fence: bool  #: the prompt ends inside a code fence (the first ``` the model writes closes it)
     opener: str = ""  #: the fence line the prompt ends with (prepend it to the answer to read the program)
     medium: str = "v1"  #: what the model is asked to write: a canvas medium's name or "svg"
+    request: tuple[int, int] = (0, 0)  #: (start, end) character span in `text` of the user's request (the item's text)
+    #: (start, end) character span in `text` of every token (what `positions` are computed from)
+    offsets: tuple[tuple[int, int], ...] = ()
+
+    def tokens_in(self, spans: Sequence[tuple[int, int]]) -> list[int]:
+        """Indices of the prompt tokens that overlap any of these character spans of `text` (sorted, each once)."""
+        return sorted({i for i, (a, b) in enumerate(self.offsets) if b > a and any(a < e and b > s for s, e in spans)})
 
 
 def build_text(item: PromptItem, protocol: Protocol, tokenizer: Any) -> tuple[str, int, int, bool]:
@@ -282,7 +289,8 @@ def build(item: PromptItem, protocol: Protocol, tokenizer: Any, chat: bool | Non
         "last": len(ids) - 1,
     }
     opener = f"```{LANG[proto.output]}\n" if open_fence else ""
-    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence, opener, proto.medium_name)
+    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence, opener, proto.medium_name,
+                       (turn_end - len(item.text), turn_end), tuple(offsets))
 
 
 # --------------------------------------------------------------------------- prompt files

@@ -1,4 +1,5 @@
-"""`ambench probe`, `selectivity`, `intervene`, `patch`, `steer`: Exp. 3 and beyond, each a thin wrapper over its stage."""
+"""`ambench probe`, `selectivity`, `attention`, `intervene`, `patch`, `steer`: Exp. 3 and beyond, each a thin
+wrapper over its stage."""
 
 from __future__ import annotations
 
@@ -86,6 +87,54 @@ def selectivity(
         elif r["kind"] == "skipped":
             typer.echo(json.dumps(r))
     typer.echo(f"wrote {run / RunDir.SELECTIVITY} ({len(rows)} rows)")
+
+
+@app.command()
+def attention(
+    run: RunOpt,
+    model: ModelOpt = "smollm2-135m-instruct",
+    task: TaskOpt = "layout",
+    layers: Optional[list[int]] = typer.Option(None, "--layers", help="Blocks whose attention is read (default: every block)."),
+    samples: Optional[list[int]] = typer.Option(None, "--sample", help="Only these attempt samples (repeat; default: all)."),
+    n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Prompt-clustered bootstrap resamples of the mean's CI."),
+    seed: SeedOpt = 0,
+    limit: LimitOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
+) -> None:
+    """Attention focus: how much the drawing statements of every valid attempt attend to the prompt's spatial
+    words (vs uniform attention over the prompt), per layer; writes attention.jsonl, attention_table.json."""
+    from experiments.stages.attention import AttentionSettings, attention_stage, summarise_attention
+
+    s = AttentionSettings(task=task, layers=tuple(layers) if layers else None, samples=tuple(samples) if samples else None,
+                          limit=limit, n_boot=n_boot, seed=seed)
+    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+    if layers and any(not 0 <= layer < rt.info.n_layers for layer in layers):
+        fail(f"--layers must be in 0..{rt.info.n_layers - 1}")
+    with run_writer(run, "ambench attention") as rd:
+        counts = attention_stage(rt, rd, model, s)
+        typer.echo(json.dumps(counts))
+        if not counts["attempts"]:
+            fail(f"no valid {task} attempts of {model} in {run}")
+        if counts["errors"]:
+            typer.echo(f"{counts['errors']} attempts not read (rerun to retry them): {counts['error']}", err=True)
+            if counts["errors"] == counts["attempts"]:
+                fail(counts["error"])
+        table = summarise_attention(rd, n_boot, seed)
+
+    def f3(v: Optional[float]) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    for t in table:
+        if t["model"] != model:
+            continue
+        typer.echo(f"{t['model']} {t['task']}: focus over {t['attempts']} attempts ({t['prompts']} prompts): mean {f3(t.get('mean'))} "
+                   f"[{f3((t.get('ci') or [None])[0])}, {f3((t.get('ci') or [None, None])[1])}], median {f3(t.get('median'))}, "
+                   f"IQR {f3(t.get('q1'))}-{f3(t.get('q3'))}, peak layer {t.get('peak_layer')}; skipped {json.dumps(t['skipped'])}")
+    typer.echo(f"table: {run / 'attention_table.json'}, plot: {run / 'attention.png'}")
 
 
 @app.command()

@@ -29,6 +29,8 @@ def run_cmd(
                                               "v1-48, outline. Adds a layout arm, its tables and the T2/T3 gap contrast."),
     selectivity: Optional[bool] = typer.Option(None, "--selectivity/--no-selectivity",
                                                help="The cross-model selectivity table (default: on in the paper preset)."),
+    attention: Optional[bool] = typer.Option(None, "--attention/--no-attention",
+                                             help="Attention focus on the prompt's spatial words (default: on in the paper preset)."),
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     trust_remote_code: TrustOpt = False,
@@ -51,7 +53,7 @@ def run_cmd(
         c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
                                     layout_per_subcategory=layout_per_subcategory, samples=samples,
                                     translation_samples=translation_samples, max_new_tokens=max_new_tokens, protocol=protocol,
-                                    svg=svg, media=tuple(media) if media else None, selectivity=selectivity, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
+                                    svg=svg, media=tuple(media) if media else None, selectivity=selectivity, attention=attention, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
                                     trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize)
         sh = parse_shard(shard) if shard else None
     except ValueError as e:

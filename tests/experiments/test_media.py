@@ -261,20 +261,28 @@ def test_merge_puts_media_arms_in_the_unsharded_order(tmp_path):
 
 
 def test_run_with_a_medium_end_to_end(tmp_path):
-    """`ambench run --medium v1-48` on a tiny random model: a 48-cell layout arm, rendered at 48x48, in the
-    layout table and the T2/T3 gap table and the report; capture and interventions stay on v1."""
+    """`ambench run --medium v1-48 --attention --selectivity` on a tiny random model: a 48-cell layout arm,
+    rendered at 48x48, in the layout table, the T2/T3 gap table and the report; capture and interventions
+    stay on v1. The v1 layout attempts are written beforehand as the generate stage writes them (a random
+    model writes no valid program), so the attention stage has valid attempts to read; selectivity, with
+    one model, says why it has no table."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
+    from experiments.study import StudyConfig, prompt_sets
     from tests.interp.tiny import build_tiny
 
     model = build_tiny(tmp_path / "tiny")
     out = tmp_path / "run"
+    sets = prompt_sets(StudyConfig.from_preset("quick", layout_per_subcategory=1))
+    append(out, [_row(str(model), it.id, k, "```python\n" + GOOD + "\n```", protocol="few-shot-2")
+                 for it in sets["layout"] for k in range(2)])
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     cmd = [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out), "--translation-prompts", "1",
-           "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "8", "--medium", "v1-48"]
+           "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "8", "--medium", "v1-48", "--attention",
+           "--selectivity"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = read_rows(out / GENERATIONS)
@@ -287,9 +295,13 @@ def test_run_with_a_medium_end_to_end(tmp_path):
     assert arms == {"few-shot-2", "v1-48/few-shot-2"}
     gaps = json.loads((out / "tier_gaps.json").read_text())
     assert {(g["kind"], g.get("b")) for g in gaps} >= {("gap", None), ("contrast", "v1-48")}
-    from experiments.rundir import read_rows as rr
-
-    assert {r["medium"] for r in rr(out / "intervention_cuts.jsonl")} <= {"v1"}
+    assert {r["medium"] for r in read_rows(out / "intervention_cuts.jsonl")} == {"v1"}
+    att = read_rows(out / RunDir.ATTENTION)
+    assert len(att) == 30 and {r["medium"] for r in att} == {"v1"} and any(r["status"] == "ok" for r in att)
+    assert json.loads((out / RunDir.ATTENTION_TABLE).read_text())[0]["attempts"] >= 1
+    assert [r["kind"] for r in read_rows(out / RunDir.SELECTIVITY)] == ["skipped"]
     page = (out / "report" / "index.html").read_text()
     assert "Is the T2/T3 inversion a property of the 24x24 medium?" in page
-    assert "tier_gaps" in json.loads((out / "summary.json").read_text())
+    assert "Attention focus on the prompt's spatial words" in page and "Cross-model selectivity" in page
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"tier_gaps", "attention", "selectivity"} <= set(summary)
