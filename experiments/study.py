@@ -251,13 +251,34 @@ def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None 
     check_models(c.models)  # a typo or a broken folder fails here, before the run directory records anything
     sets = prompt_sets(c)
     with writing(out, "ambench run") as rd:
-        rd.record_config("study", {"config": c.as_dict(), "versions": versions(), "shard": list(shard) if shard else None})
+        # which shard a directory ran is not a setting: a merge's copies run other shards of the same study
+        rd.record_config("study", {"config": c.as_dict(), "versions": versions()})
         for m in c.models:
             _model_phases(c, rd, m, sets, shard, say)
         if shard is not None:
             say(f"shard {shard[0]}/{shard[1]} done: merge the shards with `ambench merge`, then rerun `ambench run` on the merge")
             return {"shard": list(shard)}
         return finish(c, rd, sets, say)
+
+
+def generation_order(c: StudyConfig, sets: dict[str, list[Any]]) -> Callable[[dict[str, Any]], tuple]:
+    """The order of generations.jsonl in a study: model, then arm in the order `c.arms()` runs them
+    (translation, layout, the SVG arm, then the extra canvas media), then prompt, then sample. An
+    uninterrupted run writes it; merges and runs whose directory held attempts before (a model stand-in's,
+    a resumed shard's) are put in it, so that every derived file has one order. An arm the study does not
+    run comes after its arms (canvas before SVG, translation before layout)."""
+    order_m = {m: i for i, m in enumerate(c.models)}
+    arm_rank = {(t, "svg" if o == "svg" else med): i for i, (t, o, med) in enumerate(c.arms())}
+    prompt_index = {("translation", it.id): i for i, it in enumerate(sets["translation"])}
+    prompt_index.update({("layout", it.id): i for i, it in enumerate(sets["layout"])})
+
+    def key(r: dict[str, Any]) -> tuple:
+        medium = r.get("medium", "v1")
+        arm = arm_rank.get((r["task"], medium))
+        rank = (0, arm, "") if arm is not None else (1, 2 * (medium == "svg") + (r["task"] != "translation"), medium)
+        return (order_m.get(r["model"], 99), rank, prompt_index.get((r["task"], r["prompt_id"]), 10**6), r["sample"])
+
+    return key
 
 
 def _expected(c: StudyConfig, sets: dict[str, list[Any]]) -> int:
@@ -283,6 +304,10 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
         say(f"[model {m}] generate {task} ({arm}): {len(sets[task])} prompts x {gs.samples + 1} attempts")
         with _bar(total, f"generate {task} ({arm})", "attempt") as bar:
             generate_stage(rt, sets[task], rd, gs, model=m, shard=shard, progress=lambda n, toks, bar=bar: bar.update(n), say=say)
+    rows = rd.rows(RunDir.GENERATIONS)
+    ordered = sorted(rows, key=generation_order(c, sets))
+    if ordered != rows:
+        rd.write_rows(RunDir.GENERATIONS, ordered)
     say(f"[model {m}] capture the residual stream ({rt.info.n_layers + 1} sites x 3 positions)")
     with _bar(len(sets["translation"]) + len(sets["layout"]), "capture", "prompt") as bar:
         capture_stage(rt, sets["translation"] + sets["layout"], rd, c.capture(), model=m, shard=shard, progress=bar.update,
@@ -424,10 +449,11 @@ def run_ray(c: StudyConfig, out: Path, n_shards: int, say: Callable[[str], None]
     out = Path(out)
     for phase in ("a", "b"):
         folders = [out / RunDir.SHARDS / f"{phase}-{i}-of-{n_shards}" for i in range(n_shards)]
-        if phase == "b":  # the second phase reads every attempt: each shard starts from a copy of the merge
-            for f in folders:
-                if not f.exists():
-                    shutil.copytree(out, f, ignore=shutil.ignore_patterns(RunDir.SHARDS, RunDir.LOCK))
+        # each shard starts from what `out` already holds (work done before, and for the second phase, which
+        # reads every attempt, the merge of the first)
+        for f in folders:
+            if out.exists() and not f.exists():
+                shutil.copytree(out, f, ignore=shutil.ignore_patterns(RunDir.SHARDS, RunDir.LOCK))
         say(f"ray: {n_shards} shard tasks for model phase {phase} ({gpus} GPU each)")
         done = ray.get([shard_task.remote(c.as_dict(), str(f), i, n_shards, threads) for i, f in enumerate(folders)])
         say(f"ray: merging phase {phase}")
@@ -473,23 +499,12 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
         if extra:
             raise RunError(f"{out} holds {len(extra)} attempts that none of the shards has: merge into a new directory")
         cfg = configs[0]
-        cfg.setdefault("stages", {}).setdefault("study", {})["shard"] = None
         for other in configs[1:]:
             for k, v in other.get("stages", {}).items():
                 cfg["stages"].setdefault(k, v)
         rd.write_json(RunDir.CONFIG, cfg)
-        # generations: the unsharded order is model, then arm (translation, layout, svg, other media), then
-        # prompt, then sample
         order_m = {m: i for i, m in enumerate(c.models)}
-        arm_rank = {(t, "svg" if o == "svg" else med): i for i, (t, o, med) in enumerate(c.arms())}
-        prompt_index = {("translation", it.id): i for i, it in enumerate(sets["translation"])}
-        prompt_index.update({("layout", it.id): i for i, it in enumerate(sets["layout"])})
-
-        def gen_key(r: dict[str, Any]) -> tuple:
-            return (order_m.get(r["model"], 99), arm_rank.get((r["task"], r.get("medium", "v1")), 99),
-                    prompt_index.get((r["task"], r["prompt_id"]), 10**6), r["sample"])
-
-        merged = sorted(rows.values(), key=gen_key)
+        merged = sorted(rows.values(), key=generation_order(c, sets))
         rd.write_rows(RunDir.GENERATIONS, merged)
         for s in shards:
             rd.record_prompts(list(RunDir(s).prompts().values()))

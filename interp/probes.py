@@ -27,13 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+from jaxtyping import Float
 
 GRID_SIZE = 6
 DEFAULT_PCA = (4, 8, 16, 32, 64)
 DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-2, 5, 15))
 
 
-def occupancy(pixels: np.ndarray, background: Sequence[int], blocks: int = GRID_SIZE) -> np.ndarray:
+def occupancy(pixels: np.ndarray, background: Sequence[int], blocks: int = GRID_SIZE) -> Float[np.ndarray, "blocks blocks"]:
     """(blocks, blocks) share of cells that differ from `background` in each block of an (n, n, 3) raster."""
     n = pixels.shape[0]
     if n % blocks:
@@ -43,7 +44,7 @@ def occupancy(pixels: np.ndarray, background: Sequence[int], blocks: int = GRID_
     return fg.reshape(blocks, b, blocks, b).mean(axis=(1, 3))
 
 
-def pooled_r2(y: np.ndarray, p: np.ndarray) -> float:
+def pooled_r2(y: Float[np.ndarray, "n outputs"], p: Float[np.ndarray, "n outputs"]) -> float:
     """1 - SSE/SST pooled over samples and outputs (SST around each output's mean)."""
     sst = float(((y - y.mean(axis=0)) ** 2).sum())
     if sst == 0:
@@ -90,8 +91,9 @@ def _pca_scores(ztr: np.ndarray, zte: np.ndarray, k: int) -> tuple[np.ndarray, n
     return u[:, :kk], s[:kk], zte @ vt[:kk].T
 
 
-def fold_predictions(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, ks: Sequence[int],
-                     alphas: Sequence[float]) -> np.ndarray:
+def fold_predictions(xtr: Float[np.ndarray, "n_train d"], ytr: Float[np.ndarray, "n_train outputs"],
+                     xte: Float[np.ndarray, "n_test d"], ks: Sequence[int],
+                     alphas: Sequence[float]) -> Float[np.ndarray, "k alpha n_test outputs"]:
     """Test predictions for every (k, alpha): [len(ks), len(alphas), n_test, n_outputs], one SVD."""
     ztr, zte = _standardise(xtr, xte)
     ym = ytr.mean(axis=0)
@@ -315,7 +317,7 @@ class LayerSweep:
         return out
 
 
-def pooled_r2_batch(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
+def pooled_r2_batch(y: Float[np.ndarray, "batch n outputs"], pred: Float[np.ndarray, "batch n outputs"]) -> Float[np.ndarray, " batch"]:
     """`pooled_r2` for a batch [B, n, C] (nan where a target has no variance)."""
     sst = ((y - y.mean(axis=1, keepdims=True)) ** 2).sum(axis=(1, 2))
     sse = ((y - pred) ** 2).sum(axis=(1, 2))
@@ -323,7 +325,7 @@ def pooled_r2_batch(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
         return np.where(sst > 0, 1.0 - sse / sst, np.nan)
 
 
-def nested_cv(x: np.ndarray, y: np.ndarray, grid: Grid = Grid(), seed: int = 0) -> ProbeResult:
+def nested_cv(x: Float[np.ndarray, "n d"], y: Float[np.ndarray, "n outputs"], grid: Grid = Grid(), seed: int = 0) -> ProbeResult:
     """Outer pooled R^2 of the probe with (k, alpha) chosen inside each outer training set."""
     return LayerSweep([x], grid, seed).layer(y, 0)
 
@@ -355,7 +357,8 @@ def bootstrap_counts(n: int, n_boot: int, seed: int) -> np.ndarray:
     return w
 
 
-def bootstrap_r2(y: np.ndarray, pred: np.ndarray, w: np.ndarray) -> np.ndarray:
+def bootstrap_r2(y: Float[np.ndarray, "n outputs"], pred: Float[np.ndarray, "n outputs"],
+                 w: Float[np.ndarray, "boot n"]) -> Float[np.ndarray, " boot"]:
     """Pooled R^2 of each weighted resample (w: [B, n] multiplicities), from per-prompt sums: no copies."""
     n = y.shape[0]
     sse = w @ ((y - pred) ** 2).sum(axis=1)
@@ -407,6 +410,47 @@ def permutation_test(x: np.ndarray, y: np.ndarray, observed: float, grid: Grid =
     decompositions are computed once and reused by every permutation."""
     null = LayerSweep([x], grid, seed).permuted_r2(y, permutations(y.shape[0], n_perm, seed))
     return perm_p(null, observed), [float(v) for v in null]
+
+
+@dataclass(frozen=True)
+class FittedProbe:
+    """A fitted standardise -> PCA(k) -> ridge(alpha) probe as one affine map in activation space:
+    prediction = (x - mean) @ coef + intercept, with `coef` [d_model, outputs]. `direction(mask)` is the
+    unit vector along which the probe's predicted occupancy of the cells in `mask` grows fastest: the
+    gradient of the region's summed prediction with respect to x (steering uses it)."""
+
+    mean: np.ndarray  #: [d] training feature means
+    coef: np.ndarray  #: [d, outputs] weights on the raw (unstandardised) features
+    intercept: np.ndarray  #: [outputs] the training targets' mean
+    k: int  #: PCA components used
+    alpha: float  #: ridge penalty
+
+    @classmethod
+    def fit(cls, x: Float[np.ndarray, "n d"], y: Float[np.ndarray, "n outputs"], k: int, alpha: float) -> "FittedProbe":
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        mu = x.mean(axis=0)
+        sd = x.std(axis=0)
+        sd[sd == 0] = 1.0
+        z = (x - mu) / sd
+        u, s_, _ = _pca_scores(z, z[:1], k)
+        if s_.size == 0:
+            return cls(mu, np.zeros((x.shape[1], y.shape[1])), y.mean(axis=0), 0, float(alpha))
+        # ridge on PCA scores: beta = S/(S^2+alpha) U^T y_c, and the scores are z V_k with V_k = z^T U_k / S_k
+        beta = (s_ / (s_ ** 2 + alpha))[:, None] * (u.T @ (y - y.mean(axis=0)))
+        w = ((z.T @ u) / s_) @ beta  # standardised features -> outputs
+        return cls(mu, w / sd[:, None], y.mean(axis=0), int(s_.size), float(alpha))
+
+    def predict(self, x: Float[np.ndarray, "n d"]) -> Float[np.ndarray, "n outputs"]:
+        return (np.asarray(x, dtype=np.float64) - self.mean) @ self.coef + self.intercept
+
+    def direction(self, mask: np.ndarray) -> Float[np.ndarray, " d"]:
+        """Unit vector in activation space that raises the predicted occupancy of the masked cells fastest."""
+        g = self.coef @ np.asarray(mask, dtype=np.float64).ravel()
+        n = float(np.linalg.norm(g))
+        if n == 0:
+            raise ValueError("the probe has a zero gradient for this region")
+        return g / n
 
 
 def split_half_ceiling(half_a: np.ndarray, half_b: np.ndarray) -> dict[str, float]:

@@ -38,7 +38,27 @@ import numpy as np
 from bench.canvas.medium import V1_VOCABULARY, Primitive
 
 _FENCE = re.compile(r"```[^\n]*\n")
-ARMS = ("null-empty", "null-asis", "moved-used", "moved-unused")
+
+
+@dataclass(frozen=True)
+class MoveRule:
+    """A moved arm: the smallest displacement of at least `min_distance` cells (keeping the whole shape on
+    the canvas) whose share of cells landing on the final picture's painted cells lies in
+    [min_overlap, max_overlap]. Adding an arm is adding a rule to MOVES (the stages, tables, plots, merges
+    and the CLI read the arms from here)."""
+
+    name: str
+    min_overlap: float = 0.0
+    max_overlap: float = 1.0
+    min_distance: float = 2.0
+
+    def accepts(self, distance: float, overlap: float) -> bool:
+        return distance >= self.min_distance and self.min_overlap <= overlap <= self.max_overlap
+
+
+#: the paper's two moved arms: onto cells the model's own picture paints (~4 px in the paper), and off them (~9 px)
+MOVES = (MoveRule("moved-used", min_overlap=0.5), MoveRule("moved-unused", max_overlap=0.1))
+ARMS = ("null-empty", "null-asis") + tuple(m.name for m in MOVES)
 
 
 class SpliceError(AssertionError):
@@ -258,29 +278,27 @@ def _fits(stmt: Statement, dr: int, dc: int, grid: int) -> bool:
 
 
 def choose_displacements(stmt: Statement, painted: np.ndarray, grid: int = 24, reach: int = 12,
-                         min_distance: float = 2.0) -> dict[str, tuple[int, int, float, float] | None]:
-    """(dr, dc, distance, overlap) for moved-used and moved-unused (None when no displacement qualifies)."""
+                         moves: tuple[MoveRule, ...] = MOVES) -> dict[str, tuple[int, int, float, float] | None]:
+    """(dr, dc, distance, overlap) of each moved arm (None when no displacement qualifies)."""
     base = shape_mask(stmt, 0, 0, grid) if stmt.spliceable else None
     if base is None or not base.any():
-        return {"moved-used": None, "moved-unused": None}
+        return {m.name: None for m in moves}
     cands = []
     for dr in range(-reach, reach + 1):
         for dc in range(-reach, reach + 1):
             dist = math.hypot(dr, dc)
-            if dist < min_distance or not _fits(stmt, dr, dc, grid):
+            if dist < min(m.min_distance for m in moves) or not _fits(stmt, dr, dc, grid):
                 continue
             m = shape_mask(stmt, dr, dc, grid)
             if m is None or m.sum() < base.sum():  # clipped by the canvas edge: not the same shape
                 continue
             cands.append((dist, dr, dc, float((m & painted).sum() / m.sum())))
     cands.sort()
-    used = next(((dr, dc, d, o) for d, dr, dc, o in cands if o >= 0.5), None)
-    unused = next(((dr, dc, d, o) for d, dr, dc, o in cands if o <= 0.1), None)
-    return {"moved-used": used, "moved-unused": unused}
+    return {m.name: next(((dr, dc, d, o) for d, dr, dc, o in cands if m.accepts(d, o)), None) for m in moves}
 
 
 def cut_arms(text: str, stmt: Statement, painted: np.ndarray, grid: int = 24) -> list[Arm]:
-    """The four arms of the cut after `stmt` (moved arms only when a displacement qualifies)."""
+    """The arms of the cut after `stmt`: null-empty, null-asis and each of MOVES whose displacement qualifies."""
     line_start = text.rfind("\n", 0, stmt.start) + 1
     arms = [Arm("null-empty", text[:line_start]), Arm("null-asis", text[: stmt.line_end])]
     for name, got in choose_displacements(stmt, painted, grid).items():

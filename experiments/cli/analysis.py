@@ -186,7 +186,7 @@ def patch(
     model: ModelOpt = "smollm2-135m-instruct",
     task: TaskOpt = "layout",
     layers: Optional[list[int]] = typer.Option(None, "--layers", help="Layers to patch (default: every block)."),
-    moved_arm: str = typer.Option("moved-unused", "--moved-arm", help="moved-used or moved-unused."),
+    moved_arm: str = typer.Option("moved-unused", "--moved-arm", help="The moved arm swapped with null-asis (moved-used, moved-unused)."),
     continuations: int = typer.Option(9, "--continuations", min=1),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
@@ -202,8 +202,10 @@ def patch(
     from experiments.rundir import RunDir
     from experiments.stages.patch import PatchSettings, patch_stage, patching_table, plot_patching
 
-    if moved_arm not in ("moved-used", "moved-unused"):
-        fail("--moved-arm must be moved-used or moved-unused")
+    from bench.intervene.splice import MOVES
+
+    if moved_arm not in {m.name for m in MOVES}:
+        fail(f"--moved-arm must be one of {', '.join(m.name for m in MOVES)}")
     s = PatchSettings(task=task, layers=tuple(layers) if layers else None, moved_arm=moved_arm, continuations=continuations,
                       temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
     rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)

@@ -31,6 +31,10 @@ def run_cmd(
                                                help="The cross-model selectivity table (default: on in the paper preset)."),
     attention: Optional[bool] = typer.Option(None, "--attention/--no-attention",
                                              help="Attention focus on the prompt's spatial words (default: on in the paper preset)."),
+    continuations: Optional[int] = typer.Option(None, "--continuations", min=1, help="Continuations per intervention arm and cut."),
+    intervene_cuts: Optional[int] = typer.Option(None, "--intervene-cuts", min=0, help="Intervention cuts per model (0: every cut)."),
+    intervene_tokens: Optional[int] = typer.Option(None, "--intervene-tokens", min=1, help="Tokens per continuation."),
+    patch_cuts: Optional[int] = typer.Option(None, "--patch-cuts", min=0, help="Patching cuts per model (0: every cut)."),
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     trust_remote_code: TrustOpt = False,
@@ -53,7 +57,9 @@ def run_cmd(
         c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
                                     layout_per_subcategory=layout_per_subcategory, samples=samples,
                                     translation_samples=translation_samples, max_new_tokens=max_new_tokens, protocol=protocol,
-                                    svg=svg, media=tuple(media) if media else None, selectivity=selectivity, attention=attention, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
+                                    svg=svg, media=tuple(media) if media else None, selectivity=selectivity, attention=attention,
+                                    continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
+                                    patch_cuts=patch_cuts, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
                                     trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize)
         sh = parse_shard(shard) if shard else None
     except ValueError as e:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from bench.intervene.splice import ARMS, continued_drawing, cut_arms, statements, strip_digits
+from bench.intervene.splice import ARMS, MOVES, continued_drawing, cut_arms, statements, strip_digits
 from bench.sandbox.boundary import clean_text
 from experiments.rundir import DEFAULT_MEDIUM, AttemptKey, RunDir, answer_text, content_hash, derive_seed, reading, writing
 from experiments.stages.render import read_renders, render_stage, row_key
@@ -44,7 +44,7 @@ from interp.prompts import PromptItem, Protocol, build, items_by_id
 INTERVENTIONS = RunDir.INTERVENTIONS
 CUTS = RunDir.CUTS
 #: why a source attempt gives no cut, or a cut lacks an arm
-EXCLUSIONS = ("no spliceable statement", "no moved-used displacement", "no moved-unused displacement", "splice error")
+EXCLUSIONS = ("no spliceable statement", *(f"no {m.name} displacement" for m in MOVES), "splice error")
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def plan_cuts(run: Any, model: str, task: str = "layout", samples: Iterable[int]
             names = [a.arm for a in arms]
             checks = {a.arm: strip_digits(a.prefix) == strip_digits(asis) and a.prefix != asis
                       for a in arms if a.arm.startswith("moved")}
-            missing = [f"no {m} displacement" for m in ("moved-used", "moved-unused") if m not in names]
+            missing = [f"no {m.name} displacement" for m in MOVES if m.name not in names]
             records.append({**rec, "status": "cut", "arms": names, "splice_identical": checks, "missing": missing})
             cuts.append({"row": r, "key": key, "answer": answer, "stmt": s, "cut": idx, "arms": arms})
             if limit and len(cuts) >= limit:

@@ -18,6 +18,7 @@ import numpy as np
 from bench.intervene.splice import continued_drawing
 from experiments.rundir import AttemptKey, RunDir, content_hash, derive_seed, reading, writing
 from experiments.stages.intervene import _items, _tokens, plan_cuts
+from hooks.patch import replace_last
 
 PATCHING = RunDir.PATCHING
 
@@ -98,14 +99,10 @@ def _patch(rt: Any, rd: RunDir, model: str, s: PatchSettings, progress: Callable
                 if (key, c["cut"], layer, direction) in done:
                     continue
 
-                def put(act: Any, hook: Any = None, donor_acts: Any = acts[donor][li]) -> Any:
-                    act[:, -span:, :] = donor_acts.to(act.device, act.dtype)
-                    return act
-
                 seeds = [derive_seed(s.seed, *key, c["cut"], "patch", layer, direction, k) for k in range(s.continuations)]
                 gens = rt.continue_batch(shared, [suffixes[target]] * s.continuations, [Sampling(s.temperature, x) for x in seeds],
                                          StopRule(max_new_tokens=s.max_new_tokens, open_fence=True),
-                                         prefill_hooks=[(hook_name, put)])
+                                         prefill_hooks=[(hook_name, replace_last(acts[donor][li]))])
                 cont = [continued_drawing(g.text) for g in gens]
                 rd.append(PATCHING, [{**key.fields(), "cut": c["cut"], "layer": layer, "direction": direction,
                                       "moved_arm": s.moved_arm, "continuations": s.continuations, "continued": cont,

@@ -26,37 +26,24 @@ from bench.sandbox.boundary import clean_text
 from experiments.rundir import RunDir, answer_text, derive_seed, reading, writing
 from experiments.stages.probe import consensus
 from hooks.steer import add_direction
-from interp.probes import GRID_SIZE, Grid, _pca_scores, _standardise, nested_cv
+from interp.probes import GRID_SIZE, FittedProbe, Grid, nested_cv
 
 STEERING = RunDir.STEERING
 
 
 def probe_direction(x: np.ndarray, y: np.ndarray, region: str, k: int, alpha: float) -> np.ndarray:
     """Unit vector in residual space along which the probe's predicted occupancy of `region` grows fastest."""
-    z, _ = _standardise(x, x[:1])
-    sd = x.std(axis=0)
-    sd[sd == 0] = 1.0
-    u, s, _ = _pca_scores(z, z[:1], k)
-    # ridge on PCA scores: beta = S/(S^2+alpha) U^T y_c; V_k = z^T U_k / S_k
-    coef = (s / (s ** 2 + alpha))[:, None] * (u.T @ (y - y.mean(axis=0)))
-    v = (z.T @ u) / s
-    w = v @ coef  # [d, 36]: standardised input -> occupancy
-    g = (w @ region_mask(region, GRID_SIZE).ravel().astype(float)) / sd
-    n = np.linalg.norm(g)
-    if n == 0:
-        raise ValueError("the probe has a zero gradient for this region")
-    return g / n
+    return FittedProbe.fit(x, y, k, alpha).direction(region_mask(region, GRID_SIZE))
 
 
 def chosen_hyperparameters(run: Any, model: str, task: str, layer: int, position: str, x: np.ndarray, y: np.ndarray,
                            seed: int) -> tuple[int, float]:
-    if True:
-        for r in reading(run).rows(RunDir.PROBES):
-            if (r.get("model") == model and r.get("task") == task and r.get("features") == "resid"
-                    and r.get("target") == "own" and r.get("layer") == layer and r.get("position") == position):
-                ks = [c["k"] for c in r["chosen"]]
-                alphas = [c["alpha"] for c in r["chosen"]]
-                return max(set(ks), key=ks.count), max(set(alphas), key=alphas.count)
+    for r in reading(run).rows(RunDir.PROBES):
+        if (r.get("model") == model and r.get("task") == task and r.get("features") == "resid"
+                and r.get("target") == "own" and r.get("layer") == layer and r.get("position") == position):
+            ks = [c["k"] for c in r["chosen"]]
+            alphas = [c["alpha"] for c in r["chosen"]]
+            return max(set(ks), key=ks.count), max(set(alphas), key=alphas.count)
     if x.shape[0] < 10:  # too few prompts to choose by nested CV: a small, fixed probe
         return min(4, x.shape[0] - 1), 1.0
     res = nested_cv(x, y, Grid(), seed)

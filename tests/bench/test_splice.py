@@ -110,3 +110,18 @@ def test_comment_and_code_after_flags():
     assert [(x.name, x.comment, x.code_after) for x in s] == [("fill", False, True), ("rect", False, True)]
     text = "```python\nfill('white')\nrect(2, 3, 4, 5, 'red')  # last\n# a closing remark\n```"
     assert [(x.comment, x.code_after) for x in statements(text)] == [(False, True), (True, False)]
+
+
+def test_a_new_moved_arm_is_one_rule(monkeypatch):
+    """The worked example of docs/extending.md: a far move off the picture is one MoveRule; cut_arms makes it."""
+    import bench.intervene.splice as sp
+
+    far = sp.MoveRule("moved-far", max_overlap=0.1, min_distance=8.0)
+    monkeypatch.setattr(sp, "MOVES", sp.MOVES + (far,))
+    text = "```python\nfill('white')\nrect(2, 2, 4, 4, 'red')\nrect(2, 10, 6, 6, 'blue')\n```"
+    s = sp.statements(text)[-1]
+    painted = np.zeros((24, 24), bool)
+    painted[2:6, 2:6] = painted[2:8, 10:16] = True
+    got = sp.choose_displacements(s, painted, moves=sp.MOVES)
+    assert set(got) == {"moved-used", "moved-unused", "moved-far"} and got["moved-far"][2] >= 8.0
+    assert got["moved-far"][3] <= 0.1 and got["moved-unused"][2] < got["moved-far"][2]

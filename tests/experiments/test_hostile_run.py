@@ -19,7 +19,7 @@ import pytest
 
 from tests.interp.tiny import build_tiny
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 CANVAS = [json.loads(line) for line in open(CORPUS / "hostile.jsonl")]
 SVG = [json.loads(line) for line in open(CORPUS / "svg_hostile.jsonl")]
 FIRST = ["poison_surrogate", "poison_nul", "poison_surrogate_pair", "comb_1000_interleaved", "amplification_120x4096",

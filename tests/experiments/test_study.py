@@ -1,5 +1,11 @@
 """`ambench run` on the tiny model: end to end, deterministic, resumable after SIGKILL at several points,
-sharded + merged equal to one machine, and a report that renders in headless Chromium."""
+sharded + merged equal to one machine (both model phases, locally and on Ray), and a report that renders
+in headless Chromium.
+
+The random tiny model writes no valid program, so its layout attempts are pre-written (valid canvas
+programs, the rows the generate stage writes) in every run directory before the run: generation of the
+translation attempts, capture, interventions and patching then run for real, and every identity check
+covers the intervention and patching rows too."""
 
 import json
 import os
@@ -15,7 +21,12 @@ import pytest
 from tests.interp.tiny import build_tiny
 
 RESULTS = ["generations.jsonl", "translation_scores.jsonl", "layout_table.json", "probes.jsonl", "summary.json",
-           "report/index.html"]
+           "interventions.jsonl", "intervention_cuts.jsonl", "patching.jsonl", "interventions_table.json", "report/index.html"]
+PROGRAMS = [
+    "```python\nfill('white')\nrect(2, 2, 4, 4, 'red')\nrect(12, 10, 6, 6, 'blue')\n```",
+    "```python\nfill('navy')\ncircle(12, 12, 3, 'gold')\nrect(2, 14, 4, 4, 'red')\n```",
+    "```python\nfill('white')\nrect(14, 2, 8, 8, 'green')\nline(0, 0, 5, 20, 'black')\n```",
+]
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +36,29 @@ def model(tmp_path_factory):
 
 def _cmd(model, out, *extra):
     return [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out),
-            "--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "12", *extra]
+            "--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "12",
+            "--continuations", "2", "--intervene-tokens", "10", *extra]
 
 
-def _run(model, out, *extra, timeout=600):
+def _prepare(model, out):
+    """The layout attempts as valid programs, pre-written (see the module docstring)."""
+    from experiments.rundir import RunDir
+    from experiments.study import StudyConfig, prompt_sets
+
+    if (out / "generations.jsonl").exists():
+        return
+    sets = prompt_sets(StudyConfig.from_preset("quick", layout_per_subcategory=1))
+    rows = [{"task": "layout", "prompt_id": it.id, "model": str(model), "protocol": "few-shot-2", "medium": "v1", "sample": k,
+             "seed": 0, "temperature": 0.0 if k == 0 else 0.7, "prefix": "", "text": PROGRAMS[(i + k) % len(PROGRAMS)],
+             "code": None, "n_tokens": 1, "stop": "eos", "entropy": [0.1], "mean_entropy": 0.1}
+            for i, it in enumerate(sets["layout"]) for k in range(2)]
+    with RunDir.writer(out, "test") as rd:
+        rd.append(RunDir.GENERATIONS, rows)
+
+
+def _run(model, out, *extra, timeout=600, prepare=True):
+    if prepare:
+        _prepare(model, out)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     res = subprocess.run(_cmd(model, out, *extra), capture_output=True, text=True, timeout=timeout, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -89,7 +119,8 @@ def test_run_end_to_end_and_deterministic(model, reference, tmp_path):
 def test_sigkill_at_several_points_then_resume(model, reference, tmp_path):
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    for delay in (4.0, 7.0, 10.0):
+    _prepare(model, out)
+    for delay in (4.0, 7.0, 10.0, 14.0):
         p = subprocess.Popen(_cmd(model, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         time.sleep(delay)
         p.send_signal(signal.SIGKILL)
@@ -107,14 +138,28 @@ def test_other_settings_are_refused(model, reference, tmp_path):
     assert res.returncode == 2 and "other settings" in res.stderr
 
 
+def _merge(parts, out):
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "merge", *map(str, parts), "--out", str(out)],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+
+
 def test_shards_merge_to_the_same_files(model, reference, tmp_path):
+    """Both model phases sharded as a batch scheduler would run them: the first phase (generation, capture)
+    in fresh shard directories, merged; the second (interventions, patching) in copies of that merge, merged."""
     _run(model, tmp_path / "s0", "--shard", "0/2")
     _run(model, tmp_path / "s1", "--shard", "1/2")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    res = subprocess.run([sys.executable, "-m", "experiments.cli", "merge", str(tmp_path / "s0"), str(tmp_path / "s1"),
-                          "--out", str(tmp_path / "merged")], capture_output=True, text=True, env=env)
-    assert res.returncode == 0, res.stderr
-    assert (tmp_path / "merged" / "generations.jsonl").read_bytes() == (reference / "generations.jsonl").read_bytes()
+    _merge([tmp_path / "s0", tmp_path / "s1"], tmp_path / "m1")
+    assert (tmp_path / "m1" / "generations.jsonl").read_bytes() == (reference / "generations.jsonl").read_bytes()
+    assert not (tmp_path / "m1" / "interventions.jsonl").exists()  # the second phase waited for every attempt
+    for i in range(2):
+        shutil.copytree(tmp_path / "m1", tmp_path / f"t{i}", ignore=shutil.ignore_patterns(".lock"))
+        res = _run(model, tmp_path / f"t{i}", "--shard", f"{i}/2")
+        assert "interventions:" in res.stderr
+    _merge([tmp_path / "t0", tmp_path / "t1"], tmp_path / "merged")
+    for f in ("interventions.jsonl", "patching.jsonl", "intervention_cuts.jsonl"):
+        assert (tmp_path / "merged" / f).read_bytes() == (reference / f).read_bytes(), f
     _run(model, tmp_path / "merged")
     for f in RESULTS:
         assert (tmp_path / "merged" / f).read_bytes() == (reference / f).read_bytes(), f
@@ -132,7 +177,7 @@ def test_report_renders_in_headless_chromium(reference, tmp_path):
 
     run = tmp_path / "run"
     shutil.copytree(reference, run)
-    # the random tiny model writes no valid program: add a second "model" with valid ones so there are mosaics
+    # a second "model" with valid programs of its own, so there are mosaics of both
     programs = ["fill('white')\nrect(4, 4, 10, 10, 'red')", "fill('navy')\ncircle(12, 12, 7, 'gold')",
                 "fill('white')\nline(0, 0, 23, 23, 'black')\nrect(16, 2, 6, 20, 'green')"]
     rows = [{"task": "layout", "prompt_id": pid, "model": "demo", "protocol": "few-shot-2", "sample": k, "seed": k,
@@ -147,7 +192,7 @@ def test_report_renders_in_headless_chromium(reference, tmp_path):
     assert "https://" not in page and "http://" not in page  # self-contained: nothing fetched
     shot = tmp_path / "shot.png"
     res = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
-                          "--window-size=1200,2400", page_path.as_uri()], capture_output=True, text=True, timeout=120)
+                          "--window-size=1200,12000", page_path.as_uri()], capture_output=True, text=True, timeout=120)
     assert shot.is_file() and shot.stat().st_size > 10_000, res.stderr[-2000:]
     from PIL import Image
 
@@ -162,7 +207,8 @@ def test_report_renders_in_headless_chromium(reference, tmp_path):
 def test_ray_backend_shards_and_merges_to_the_same_files(model, reference, tmp_path):
     pytest.importorskip("ray")
     res = _run(model, tmp_path / "run", "--backend", "ray", "--shards", "2")
-    assert "ray: 2 shard tasks" in res.stderr
+    assert "ray: 2 shard tasks for model phase a" in res.stderr and "model phase b" in res.stderr
+    assert (tmp_path / "run" / "interventions.jsonl").read_bytes() == (reference / "interventions.jsonl").read_bytes()
     for f in RESULTS:
         assert (tmp_path / "run" / f).read_bytes() == (reference / f).read_bytes(), f
     _acts_equal(_acts(tmp_path / "run"), _acts(reference))

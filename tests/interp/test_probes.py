@@ -196,3 +196,21 @@ def test_vectorised_bootstrap_equals_resampling_by_index():
     idx = [np.repeat(np.arange(30), w[b].astype(int)) for b in range(50)]
     direct = [pooled_r2(y[i], pred[i]) for i in idx]
     assert np.allclose(bootstrap_r2(y, pred, w), direct, atol=1e-10)
+
+
+def test_fitted_probe_is_the_cross_validated_probe_in_activation_space():
+    """FittedProbe's affine map predicts exactly what the nested-CV machinery predicts for the same (k, alpha),
+    and its direction is the gradient of the masked prediction."""
+    from interp.probes import FittedProbe
+
+    x, y = planted(n=80, d=50, seed=5)
+    probe = FittedProbe.fit(x[:60], y[:60], k=8, alpha=10.0)
+    want = fold_predictions(x[:60], y[:60], x[60:], [8], [10.0])[0, 0]
+    assert np.allclose(probe.predict(x[60:]), want, atol=1e-9)
+    mask = np.zeros(36, bool)
+    mask[:18] = True
+    d = probe.direction(mask)
+    eps = 1e-3
+    grad = np.array([(probe.predict(x[:1] + eps * np.eye(50)[j])[0, mask].sum() - probe.predict(x[:1])[0, mask].sum()) / eps
+                     for j in range(50)])
+    assert np.allclose(d, grad / np.linalg.norm(grad), atol=1e-6)
