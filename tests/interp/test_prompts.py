@@ -78,7 +78,7 @@ def test_prompt_file_errors(tmp_path):
         (json.dumps({"id": "x", "text": "t"}), "no 'task'"),
         (json.dumps({"id": "x", "text": "t", "task": "poetry"}), "is not one of"),
         (json.dumps({"id": "x", "text": "Draw a cat.", "task": "layout", "subject": "a dog"}), "not part of its text"),
-        (json.dumps({"id": "x", "text": "t", "task": "layout"}) + "\n" + json.dumps({"id": "x", "text": "u", "task": "layout"}), "duplicate id"),
+        (json.dumps({"id": "x", "text": "t", "task": "layout"}) + "\n" + json.dumps({"id": "x", "text": "u", "task": "layout"}), "duplicate layout id"),
         ("", "no prompts"),
     ]:
         p.write_text(bad + "\n")
