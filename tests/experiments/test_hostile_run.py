@@ -49,7 +49,7 @@ class StandIn:
 
 def write_generations(model: Path, out: Path) -> dict[str, list[str]]:
     from experiments.stages.generate import generate_stage
-    from experiments.study import StudyConfig, _settings, prompt_sets
+    from experiments.study import StudyConfig, prompt_sets
     from interp.runtime import Runtime
 
     c = StudyConfig.from_preset("quick", models=(str(model),), translation_prompts=3, layout_per_subcategory=1, samples=3,
@@ -63,7 +63,7 @@ def write_generations(model: Path, out: Path) -> dict[str, list[str]]:
         for task in ("translation", "layout"):
             if output == "svg" and task == "translation":
                 continue
-            s = _settings(c, task, output)  # exactly the settings `ambench run` gives this stage
+            s = c.generate(task, output)  # exactly the settings `ambench run` gives this stage
             n = len(sets[task]) * (s.samples + 1)
             rt.queue = list(texts[: n])
             texts = texts[n:]
