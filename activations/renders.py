@@ -32,6 +32,22 @@ class RenderStore:
                   "background": ((3,), np.uint8)}
         self.parts = PartStore(folder, fields, dict(meta, resolution=n), chunk_rows=256, say=say)
 
+    @staticmethod
+    def medium_of(folder: str | Path) -> str | None:
+        """The medium a store folder was written for (None when it has no metadata yet)."""
+        import json
+
+        meta = Path(folder) / "meta.json"
+        if not meta.is_file():
+            return None
+        try:
+            medium = json.loads(meta.read_text(encoding="utf-8")).get("medium")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            raise StoreError(f"{meta} is not valid JSON; the store was edited or corrupted") from None
+        if not isinstance(medium, str):
+            raise StoreError(f"{meta} names no medium; the store was edited or corrupted")
+        return medium
+
     def repair(self) -> list[Path]:
         """Move aside parts that fail to open or to verify (the lock holder only); their rows are recomputed."""
         return self.parts.check(repair=True)

@@ -191,10 +191,15 @@ class RunDir:
     TRANSLATION_SCORES = "translation_scores.jsonl"
     LAYOUT_TABLE = "layout_table.json"
     MEDIA_TABLE = "media_table.json"
+    TIER_GAPS = "tier_gaps.json"  #: the T2/T3 gap per medium and its contrast across media (issue 16)
     JUDGE_SCORES = "judge_scores.jsonl"
     JUDGE_CACHE = "judge_cache.jsonl"
     PROBES = "probes.jsonl"
     PROBE_PLOTS = "probes"
+    SELECTIVITY = "selectivity.jsonl"  #: cross-model decoding table and the own-minus-others gap (issue 16)
+    ATTENTION = "attention.jsonl"  #: attention focus on the prompt's spatial words, per attempt (issue 16)
+    ATTENTION_TABLE = "attention_table.json"
+    ATTENTION_PLOT = "attention.png"
     INTERVENTIONS = "interventions.jsonl"
     CUTS = "intervention_cuts.jsonl"
     PATCHING = "patching.jsonl"
@@ -229,6 +234,16 @@ class RunDir:
     def activations(self, model: str) -> Path:
         """The activation store (a folder of parts) of one model."""
         return self.path / self.ACTIVATIONS / safe_name(model)
+
+    def renders(self, medium: str = DEFAULT_MEDIUM) -> Path:
+        """The render store (a folder of parts) of one render medium: `renders/` for the paper's canvas,
+        `renders-<medium>/` for another canvas medium (its own resolution; issue 16)."""
+        return self.path / (self.RENDERS if medium == DEFAULT_MEDIUM else f"{self.RENDERS}-{safe_name(medium)}")
+
+    def render_stores(self) -> list[Path]:
+        """Every render store folder present (see `renders`), the paper medium's first."""
+        first = [self.renders()] if self.renders().is_dir() else []
+        return first + sorted(p for p in self.path.glob(f"{self.RENDERS}-*") if p.is_dir())
 
     def activation_stores(self) -> list[Path]:
         folder = self.path / self.ACTIVATIONS

@@ -73,8 +73,28 @@ class StudyConfig:
     judge_url: str | None = None  #: an OpenAI-compatible VLM endpoint; judging runs when given
     judge_model: str | None = None  #: the model name that endpoint serves
     judge_name: str | None = None  #: a name for the judge (default: the model name)
+    # --- issue 16 (the three analyses added after the paper's tables) ---
+    #: extra canvas media for the layout task (`v1-48`, `outline`): one more layout arm each, rendered at its
+    #: own resolution, with its own layout tables, judges and the T2/T3 gap contrast against v1; capture,
+    #: probes and interventions stay on the paper's canvas
+    media: tuple[str, ...] = ()
+    #: the cross-model selectivity table and the own-minus-others gap's CI (needs two models' activations)
+    selectivity: bool = False
+    #: the attention focus of drawing statements on the prompt's spatial words, per valid layout attempt
+    attention: bool = False
     trajectory: bool = False  #: probe the drawn and the final canvas at every statement boundary (plan or state)
     dino_folder: str | None = None  #: a local DINO ViT folder; the concept-consistency stage runs when given
+
+    def __post_init__(self) -> None:
+        from bench.canvas.medium import get_medium
+
+        object.__setattr__(self, "media", tuple(self.media))  # a list from JSON (config.json, Ray) becomes a tuple
+        for m in self.media:
+            if m in ("v1", "svg"):
+                raise ValueError(f"--medium {m}: the paper's canvas always runs and SVG is --svg; give another medium")
+            get_medium(m)  # an unknown name is one sentence (ValueError)
+        if len(set(self.media)) != len(self.media):
+            raise ValueError("a medium is given twice")
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> "StudyConfig":
@@ -93,16 +113,17 @@ class StudyConfig:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["models"] = list(self.models)
+        d["media"] = list(self.media)
         return d
 
     # ------------------------------------------------------------------ the stages' settings
 
-    def generate(self, task: str, output: str = "canvas") -> Any:
+    def generate(self, task: str, output: str = "canvas", medium: str = "v1") -> Any:
         from experiments.stages.generate import GenerateSettings
 
         samples = self.translation_samples if task == "translation" else self.samples
         return GenerateSettings(samples, self.temperature, self.seed, self.max_new_tokens, self.batch_size, self.protocol,
-                                self.shots, output)
+                                self.shots, output, medium)
 
     def capture(self) -> Any:
         from experiments.stages.capture import CaptureSettings
@@ -128,9 +149,24 @@ class StudyConfig:
         return ProbeSettings(min_attempts=self.min_attempts, n_perm=self.n_perm, n_perm_layers=self.n_perm_layers,
                              n_boot=self.n_boot, seed=self.seed)
 
-    def arms(self) -> list[tuple[str, str]]:
-        """(task, output) of every generation arm, in the order they run."""
-        return [("translation", "canvas"), ("layout", "canvas")] + ([("layout", "svg")] if self.svg else [])
+    def selectivity_settings(self) -> Any:
+        """The selectivity stage's settings: the probe stage's targets, grid and seed (issue 16)."""
+        from experiments.stages.selectivity import SelectivitySettings
+
+        p = self.probe()
+        return SelectivitySettings(min_attempts=p.min_attempts, exclude_trivial=p.exclude_trivial, n_boot=p.n_boot, seed=p.seed,
+                                   pca=p.pca, alphas=p.alphas, outer=p.outer, inner=p.inner)
+
+    def attention_settings(self) -> Any:
+        """The attention-focus stage's settings (issue 16): every valid layout attempt, every block."""
+        from experiments.stages.attention import AttentionSettings
+
+        return AttentionSettings(task="layout", n_boot=self.n_boot, seed=self.seed)
+
+    def arms(self) -> list[tuple[str, str, str]]:
+        """(task, output, medium) of every generation arm, in the order they run."""
+        return ([("translation", "canvas", "v1"), ("layout", "canvas", "v1")] + ([("layout", "svg", "v1")] if self.svg else [])
+                + [("layout", "canvas", m) for m in self.media])  # issue 16: extra canvas media
 
 
 def prompt_sets(c: StudyConfig) -> dict[str, list[Any]]:
@@ -245,22 +281,27 @@ def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None 
 
 
 def generation_order(c: StudyConfig, sets: dict[str, list[Any]]) -> Callable[[dict[str, Any]], tuple]:
-    """The order of generations.jsonl in a study: model, then arm (canvas before SVG; translation before
-    layout), then prompt, then sample. An uninterrupted run writes it; merges and runs whose directory held
-    attempts before (a model stand-in's, a resumed shard's) are put in it, so that every derived file has one order."""
+    """The order of generations.jsonl in a study: model, then arm in the order `c.arms()` runs them
+    (translation, layout, the SVG arm, then the extra canvas media), then prompt, then sample. An
+    uninterrupted run writes it; merges and runs whose directory held attempts before (a model stand-in's,
+    a resumed shard's) are put in it, so that every derived file has one order. An arm the study does not
+    run comes after its arms (canvas before SVG, translation before layout)."""
     order_m = {m: i for i, m in enumerate(c.models)}
+    arm_rank = {(t, "svg" if o == "svg" else med): i for i, (t, o, med) in enumerate(c.arms())}
     prompt_index = {("translation", it.id): i for i, it in enumerate(sets["translation"])}
     prompt_index.update({("layout", it.id): i for i, it in enumerate(sets["layout"])})
 
     def key(r: dict[str, Any]) -> tuple:
-        return (order_m.get(r["model"], 99), r.get("medium") == "svg", 0 if r["task"] == "translation" else 1,
-                prompt_index.get((r["task"], r["prompt_id"]), 10**6), r["sample"])
+        medium = r.get("medium", "v1")
+        arm = arm_rank.get((r["task"], medium))
+        rank = (0, arm, "") if arm is not None else (1, 2 * (medium == "svg") + (r["task"] != "translation"), medium)
+        return (order_m.get(r["model"], 99), rank, prompt_index.get((r["task"], r["prompt_id"]), 10**6), r["sample"])
 
     return key
 
 
 def _expected(c: StudyConfig, sets: dict[str, list[Any]]) -> int:
-    return sum(len(sets[task]) * (c.generate(task, out).samples + 1) for task, out in c.arms())
+    return sum(len(sets[task]) * (c.generate(task, out, med).samples + 1) for task, out, med in c.arms())
 
 
 def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]], shard: tuple[int, int] | None,
@@ -275,11 +316,12 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
     rt = Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code, device_map=c.device_map,
                       quantize=c.quantize)
     say(f"[model {m}] {describe(rt)}")
-    for task, output in c.arms():
-        gs = c.generate(task, output)
+    for task, output, medium in c.arms():
+        gs = c.generate(task, output, medium)
         total = len(sets[task]) * (gs.samples + 1)
-        say(f"[model {m}] generate {task} ({output}): {len(sets[task])} prompts x {gs.samples + 1} attempts")
-        with _bar(total, f"generate {task} ({output})", "attempt") as bar:
+        arm = output if medium == "v1" else medium
+        say(f"[model {m}] generate {task} ({arm}): {len(sets[task])} prompts x {gs.samples + 1} attempts")
+        with _bar(total, f"generate {task} ({arm})", "attempt") as bar:
             generate_stage(rt, sets[task], rd, gs, model=m, shard=shard, progress=lambda n, toks, bar=bar: bar.update(n), say=say)
     rows = rd.rows(RunDir.GENERATIONS)
     ordered = sorted(rows, key=generation_order(c, sets))
@@ -305,6 +347,14 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
         pc = patch_stage(rt, rd, m, ps, progress=bar.update, shard=shard)
     say(f"[model {m}] patching: {pc['rows']} rows over {pc['cuts']} cuts "
         f"({pc['cuts_with_unequal_token_counts']} cuts skipped: unequal token counts)")
+    if c.attention:  # issue 16
+        from experiments.stages.attention import attention_stage
+
+        say(f"[model {m}] attention focus of the drawing statements on the prompt's spatial words")
+        with _bar(None, "attention", "attempt") as bar:
+            ac = attention_stage(rt, rd, m, c.attention_settings(), progress=bar.update, shard=shard)
+        say(f"[model {m}] attention: {ac['written']} attempts written of {ac['attempts']} valid"
+            + (f"; {ac['errors']} not read: {ac['error']}" if ac["errors"] else ""))
     if c.trajectory and shard is None:  # one forward pass per greedy attempt: cheap, and its probes need all of them
         from experiments.stages.trajectory import TrajectorySettings, trajectory_stage, verdict
 
@@ -324,7 +374,7 @@ def finish(c: StudyConfig, run: Path | RunDir, sets: dict[str, list[Any]], say: 
 
 def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable[[str], None]) -> dict[str, Any]:
     from experiments.stages.intervene import summarise_interventions
-    from experiments.stages.layout import layout_table, media_table
+    from experiments.stages.layout import layout_table, media_table, tier_gap_table
     from experiments.stages.probe import ProbeError, probe_stage
     from experiments.stages.render import render_stage
     from experiments.stages.report import write_report
@@ -351,10 +401,25 @@ def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callabl
         probe_stage(rd, None, c.probe(), progress=lambda m: say("  " + m))
     except ProbeError as e:
         say(f"  probes skipped: {e}")
+    if c.selectivity:  # issue 16
+        from experiments.stages.selectivity import selectivity_stage
+
+        say("cross-model selectivity")
+        try:
+            sel = selectivity_stage(rd, c.selectivity_settings(), progress=lambda m: say("  " + m))
+            summary["selectivity"] = [r for r in sel if r["kind"] == "mean_gap"]
+        except ProbeError as e:
+            say(f"  selectivity skipped: {e}")
     say("intervention tables")
     it = summarise_interventions(rd, c.seed)
     if it:
         summary["interventions"] = it["counts"]
+    if rd.rows(RunDir.ATTENTION):  # issue 16
+        from experiments.stages.attention import summarise_attention
+
+        say("attention focus table")
+        summary["attention"] = [{k: t.get(k) for k in ("model", "task", "attempts", "mean", "median", "ci")}
+                                for t in summarise_attention(rd, c.n_boot, c.seed)]
     if c.judge_url and c.judge_model:
         from experiments.judges import make_judge
         from experiments.stages.judge import judge_stage
@@ -372,6 +437,11 @@ def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callabl
         say("medium comparison (Exp. 2)")
         rd.write_json(RunDir.MEDIA_TABLE, media)
         summary["media"] = media
+    gaps = tier_gap_table(rd, n_boot=c.n_boot, seed=c.seed)  # issue 16: written only when the run has two media
+    if gaps:
+        say("the T2/T3 gap per medium")
+        rd.write_json(RunDir.TIER_GAPS, gaps)
+        summary["tier_gaps"] = [g for g in gaps if g["kind"] == "contrast"]
     say("report")
     path = write_report(rd)
     summary["report"] = str(path.relative_to(rd.path))
@@ -484,7 +554,8 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
         arm_i = {a: i for i, a in enumerate(ARMS)}
         dirs = {"moved->asis": 0, "asis->moved": 1}
         for name, unit in ((RunDir.INTERVENTIONS, lambda r: (r["cut"], arm_i[r["arm"]], r["k"])),
-                           (RunDir.PATCHING, lambda r: (r["cut"], r["layer"], dirs[r["direction"]]))):
+                           (RunDir.PATCHING, lambda r: (r["cut"], r["layer"], dirs[r["direction"]])),
+                           (RunDir.ATTENTION, lambda r: ())):  # issue 16: one row per attempt
             got: dict[tuple, dict[str, Any]] = {}
             for s in shards:
                 for r in read_rows(s / name):

@@ -369,6 +369,20 @@ def bootstrap_r2(y: Float[np.ndarray, "n outputs"], pred: Float[np.ndarray, "n o
         return np.where(sst > 1e-12 * np.maximum(yy, 1e-300), 1.0 - sse / sst, np.nan)
 
 
+def weighted_r2(y: np.ndarray, pred: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Pooled R^2 [B] of y [n, C] against pred under prompt weights w [B, n] of any total (a resample's
+    multiplicities restricted to these prompts: `bootstrap_r2` assumes they sum to n). SST is around the
+    weighted mean; nan where a resample has no weight or no variance on these prompts. With w all ones it
+    is `pooled_r2`."""
+    tot = w.sum(axis=1)
+    sse = w @ ((y - pred) ** 2).sum(axis=1)
+    yy = w @ (y ** 2).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ybar = (w @ y) / tot[:, None]
+        sst = yy - tot * (ybar ** 2).sum(axis=1)
+        return np.where((tot > 0) & (sst > 1e-12 * np.maximum(yy, 1e-300)), 1.0 - sse / sst, np.nan)
+
+
 def _quantiles(stats: np.ndarray, level: float) -> tuple[float, float]:
     finite = stats[np.isfinite(stats)]
     if not finite.size:

@@ -15,6 +15,11 @@ translation prompt the geometric description). A *protocol* turns an item into m
 
 `protocol="auto"` picks `zero-shot` for a model with a chat template and `completion` otherwise.
 
+The canvas medium (`Protocol.medium`, a `bench.canvas.medium.Medium`: `v1` the paper's, `v1-48` the
+48-cell grid, `outline` with outline primitives) sets the grid and the primitive list the system
+prompt states and picks each example's program for that medium; the requests are the same in every
+medium. Translation prompts state a 24x24 grid, so they are refused on a medium of another grid.
+
 Token positions (indices into the prompt's tokens, counted from 0), defined on character offsets so
 they mean the same thing for every tokenizer:
 - `subject`: the last token that starts before the end of the subject span;
@@ -87,12 +92,21 @@ def system_prompt(medium: Medium = V1) -> str:
 class Example:
     task: str
     text: str
-    code: str
+    code: str  #: the program for the paper's canvas medium (v1)
     svg: str = ""  #: the same picture as SVG (layout examples), for the SVG medium
+    #: the same picture for other canvas media, as (medium name, program) pairs: `v1-48` with every
+    #: coordinate doubled (same picture, finer grid), `outline` with outline primitives where they help
+    programs: tuple[tuple[str, str], ...] = ()
+
+    def program(self, medium: str = "v1") -> str | None:
+        """The example's program for a canvas medium (None when it has none for that medium)."""
+        return self.code if medium == "v1" else dict(self.programs).get(medium)
 
 
 #: Worked examples for few-shot and completion protocols. None of them is (or paraphrases) an
 #: evaluated prompt: tests check these texts against the translation references and the layout set.
+#: Every medium sees the same requests; only the programs differ (a test runs each program in its
+#: medium). The translation examples state a 24x24 grid, so the 48-cell medium has only the layout ones.
 EXAMPLES: tuple[Example, ...] = (
     Example(
         "layout", "Draw a red ball resting on green grass under a light blue sky.",
@@ -100,6 +114,9 @@ EXAMPLES: tuple[Example, ...] = (
         '<svg xmlns="http://www.w3.org/2000/svg" width="512" height="512" viewBox="0 0 512 512">\n'
         '<rect width="512" height="512" fill="#add8e6"/>\n<rect y="384" width="512" height="128" fill="#008000"/>\n'
         '<circle cx="256" cy="309" r="85" fill="#ff0000"/>\n</svg>',
+        (("v1-48", "fill('light_blue')\nrect(36, 0, 12, 48, 'green')\ncircle(28, 24, 8, 'red')"),
+         ("outline", "fill('light_blue')\nrect(18, 0, 6, 24, 'green')\ncircle(14, 12, 4, 'red')\n"
+                     "circle_outline(14, 12, 4, 'dark_red')")),
     ),
     Example(
         "layout", "Draw a yellow lamp post standing on the left with a dark night around it.",
@@ -107,6 +124,9 @@ EXAMPLES: tuple[Example, ...] = (
         '<svg xmlns="http://www.w3.org/2000/svg" width="512" height="512" viewBox="0 0 512 512">\n'
         '<rect width="512" height="512" fill="#000080"/>\n<rect x="85" y="128" width="43" height="384" fill="#808080"/>\n'
         '<circle cx="107" cy="107" r="64" fill="#ffff00"/>\n<rect y="469" width="512" height="43" fill="#404040"/>\n</svg>',
+        (("v1-48", "fill('navy')\nrect(12, 8, 36, 4, 'gray')\ncircle(10, 10, 6, 'yellow')\nrect(44, 0, 4, 48, 'dark_gray')"),
+         ("outline", "fill('navy')\nrect(6, 4, 18, 2, 'gray')\ncircle(5, 5, 3, 'yellow')\ncircle_outline(5, 5, 5, 'orange')\n"
+                     "rect_outline(22, 0, 2, 24, 'dark_gray')")),
     ),
     Example(
         "translation",
@@ -115,6 +135,7 @@ EXAMPLES: tuple[Example, ...] = (
         "these shapes in this order (later shapes cover earlier ones): 1. a filled 'blue' rectangle covering "
         "rows 2-9 and columns 13-21. 2. a '#804000' line one cell thick from cell (20, 1) to cell (20, 17).",
         "fill('white')\nrect(2, 13, 8, 9, 'blue')\nline(20, 1, 20, 17, '#804000')",
+        programs=(("outline", "fill('white')\nrect(2, 13, 8, 9, 'blue')\nline(20, 1, 20, 17, '#804000')"),),
     ),
     Example(
         "translation",
@@ -124,16 +145,22 @@ EXAMPLES: tuple[Example, ...] = (
         "columns wide and covering rows 1-22; the first covers columns 3-4 and each next one starts 7 columns "
         "further right.",
         "fill('black')\nfor i in range(3):\n    rect(1, 3 + 7 * i, 22, 2, 'orange')",
+        programs=(("outline", "fill('black')\nfor i in range(3):\n    rect(1, 3 + 7 * i, 22, 2, 'orange')"),),
     ),
 )
 
 
-def examples_for(task: str, k: int, medium: str = "canvas") -> list[Example]:
-    """k examples, those of the same task first, in a fixed order (deterministic); SVG: layout examples only."""
-    pool = [e for e in EXAMPLES if e.svg] if medium == "svg" else list(EXAMPLES)
+def examples_for(task: str, k: int, output: str = "canvas", medium: str = "v1") -> list[Example]:
+    """k examples, those of the same task first, in a fixed order (deterministic); SVG: layout examples
+    only; another canvas medium: the examples that have a program for it."""
+    if output == "svg":
+        pool = [e for e in EXAMPLES if e.svg]
+    else:
+        pool = [e for e in EXAMPLES if e.program(medium) is not None]
     ordered = [e for e in pool if e.task == task] + [e for e in pool if e.task != task]
     if k > len(ordered):
-        raise PromptError(f"only {len(ordered)} worked examples exist; asked for {k}")
+        where = "" if output == "svg" or medium == "v1" else f" for medium {medium}"
+        raise PromptError(f"only {len(ordered)} worked examples exist{where}; asked for {k}")
     return ordered[:k]
 
 
@@ -158,6 +185,8 @@ class Protocol:
             raise PromptError(f"unknown output medium {self.output!r}: use canvas or svg")
         if self.shots < 0:
             raise PromptError("shots must be >= 0")
+        if self.output == "svg" and self.medium.name != V1.name:
+            raise PromptError(f"the SVG output has no canvas medium: give medium v1, not {self.medium.name}")
 
     def resolve(self, has_chat_template: bool) -> "Protocol":
         name = self.name
@@ -189,6 +218,13 @@ class BuiltPrompt:
     open_fence: bool  #: the prompt ends inside a code fence (the first ``` the model writes closes it)
     opener: str = ""  #: the fence line the prompt ends with (prepend it to the answer to read the program)
     medium: str = "v1"  #: what the model is asked to write: a canvas medium's name or "svg"
+    request: tuple[int, int] = (0, 0)  #: (start, end) character span in `text` of the user's request (the item's text)
+    #: (start, end) character span in `text` of every token (what `positions` are computed from)
+    offsets: tuple[tuple[int, int], ...] = ()
+
+    def tokens_in(self, spans: Sequence[tuple[int, int]]) -> list[int]:
+        """Indices of the prompt tokens that overlap any of these character spans of `text` (sorted, each once)."""
+        return sorted({i for i, (a, b) in enumerate(self.offsets) if b > a and any(a < e and b > s for s, e in spans)})
 
 
 def build_text(item: PromptItem, protocol: Protocol, tokenizer: Any) -> tuple[str, int, int, bool]:
@@ -198,12 +234,16 @@ def build_text(item: PromptItem, protocol: Protocol, tokenizer: Any) -> tuple[st
         from bench.svg.medium import SYSTEM_PROMPT as system
     else:
         system = system_prompt(protocol.medium)
-    shots = examples_for(item.task, protocol.shots, out) if protocol.shots else []
+    if out == "canvas" and item.task == "translation" and protocol.medium.grid != V1.grid:
+        # a translation prompt states its geometry on the 24x24 grid (bench.translation.prompts)
+        raise PromptError(f"prompt {item.id}: translation prompts state their geometry on a {V1.grid}x{V1.grid} grid; "
+                          f"the {protocol.medium.grid}-cell medium {protocol.medium.name} is for the layout task")
+    shots = examples_for(item.task, protocol.shots, out, protocol.medium.name) if protocol.shots else []
     if protocol.name in ("zero-shot", "few-shot"):
         messages = [{"role": "system", "content": system}]
         for ex in shots:
             messages += [{"role": "user", "content": ex.text},
-                         {"role": "assistant", "content": fence(ex.svg if out == "svg" else ex.code, out)}]
+                         {"role": "assistant", "content": fence(ex.svg if out == "svg" else ex.program(protocol.medium.name), out)}]
         messages.append({"role": "user", "content": item.text})
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         at = text.rfind(item.text)
@@ -213,7 +253,7 @@ def build_text(item: PromptItem, protocol: Protocol, tokenizer: Any) -> tuple[st
     elif protocol.name == "completion":
         parts = [system, ""]
         for ex in shots:
-            parts += [f"Request: {ex.text}", fence(ex.svg if out == "svg" else ex.code, out), ""]
+            parts += [f"Request: {ex.text}", fence(ex.svg if out == "svg" else ex.program(protocol.medium.name), out), ""]
         head = "\n".join(parts) + "Request: "
         text = head + item.text + f"\n```{LANG[out]}\n"
         at = len(head)
@@ -249,7 +289,8 @@ def build(item: PromptItem, protocol: Protocol, tokenizer: Any, chat: bool | Non
         "last": len(ids) - 1,
     }
     opener = f"```{LANG[proto.output]}\n" if open_fence else ""
-    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence, opener, proto.medium_name)
+    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence, opener, proto.medium_name,
+                       (turn_end - len(item.text), turn_end), tuple(offsets))
 
 
 # --------------------------------------------------------------------------- prompt files

@@ -635,6 +635,46 @@ class Runtime:
             raise
         return cap.result()
 
+    # ------------------------------------------------------------------ attention
+
+    def attention_mass(self, tokens: Sequence[int], queries: Sequence[int], groups: Sequence[Sequence[int]],
+                       layers: Sequence[int] | None = None) -> Float[torch.Tensor, "layer query group 2"]:
+        """Attention from `queries` onto groups of key positions, per layer, in one teacher-forced pass.
+
+        Returns float32 [layers, queries, groups, 2]: [..., 0] the attention weight summed over the group's
+        keys, averaged over heads; [..., 1] how many of the group's keys the query sees (a non-zero weight
+        in some head: the causal mask, and a sliding window where the layer has one). Reads
+        `blocks.{L}.attn.hook_pattern`, a TransformerBridge hook (eager attention, booted on first use; an
+        architecture without a bridge adapter is one sentence). Only that reduction is kept per layer."""
+        import torch
+
+        from hooks.attention import KeyGroupMass
+
+        n = self.info.n_layers
+        layers = list(range(n)) if layers is None else list(layers)
+        if any(not 0 <= layer < n for layer in layers):
+            raise ValueError(f"layers must be in 0..{n - 1}")
+        size = len(tokens)
+        if not size or any(not 0 <= q < size for q in queries) or any(not 0 <= k < size for g in groups for k in g):
+            raise ValueError(f"query and key positions must lie in 0..{size - 1}")
+        member = torch.zeros((len(groups), size), dtype=torch.float32)
+        for gi, keys in enumerate(groups):
+            member[gi, list(keys)] = 1.0
+        cap = KeyGroupMass(torch.tensor(list(queries), dtype=torch.long), member, len(layers))
+        hooks = [(f"blocks.{layer}.attn.hook_pattern", cap.hook(i)) for i, layer in enumerate(layers)]
+        ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
+        mask = torch.ones_like(ids)
+        try:
+            with torch.inference_mode():
+                self.bridge.run_with_hooks(ids, fwd_hooks=hooks, attention_mask=mask,
+                                           position_ids=torch.arange(size, device=ids.device)[None], return_type=None,
+                                           logits_to_keep=1)
+        except Exception as e:  # noqa: BLE001
+            if _is_oom(e):
+                raise ModelError(f"out of memory on the attention pattern of {size} tokens on {self.device}") from None
+            raise
+        return cap.result()
+
 
 def _only_where(fn: Callable[..., Any], where: Bool[torch.Tensor, "rows seq"]) -> Callable[..., Any]:
     """Wrap a prefill hook so that it changes only the positions where `where` ([rows, S]) is True."""

@@ -10,6 +10,12 @@ from jaxtyping import UInt8
 from PIL import Image
 
 
+def scale_for(pixels: UInt8[np.ndarray, "n n 3"], side: int) -> int:
+    """The integer upscale that brings an n x n raster to `side` pixels (at least 1): renders of media with
+    different resolutions (24 and 48 cells) then reach a judge or a page at the same size."""
+    return max(1, side // int(pixels.shape[0]))
+
+
 def to_image(pixels: UInt8[np.ndarray, "n n 3"], scale: int = 16) -> Image.Image:
     if scale < 1:
         raise ValueError("scale must be >= 1")

@@ -1,4 +1,5 @@
-"""`ambench probe`, `intervene`, `patch`, `steer`: Exp. 3 and beyond, each a thin wrapper over its stage."""
+"""`ambench probe`, `selectivity`, `attention`, `intervene`, `patch`, `steer`: Exp. 3 and beyond, each a thin
+wrapper over its stage."""
 
 from __future__ import annotations
 
@@ -47,6 +48,93 @@ def probe(
         elif r.get("kind") in ("ceiling", "skipped", "targets"):
             typer.echo(json.dumps(r))
     typer.echo(f"wrote {run / RunDir.PROBES} ({len(rows)} rows) and plots in {run / RunDir.PROBE_PLOTS}")
+
+
+@app.command()
+def selectivity(
+    run: RunOpt,
+    models: Optional[list[str]] = typer.Option(None, "--models", help="Only these models (default: every model with activations)."),
+    tasks: Optional[list[str]] = typer.Option(None, "--task", help="Tasks (repeat; default: layout)."),
+    min_attempts: int = typer.Option(1, "--min-attempts", min=1, help="As `ambench probe` (the cells equal its best-layer rows)."),
+    exclude_trivial: bool = typer.Option(False, "--exclude-trivial/--include-trivial", help="As `ambench probe`."),
+    n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Prompt-clustered bootstrap resamples."),
+    seed: SeedOpt = 0,
+) -> None:
+    """Cross-model selectivity: each model's activations decoding every model's layouts (best layer, nested
+    CV), and the own-minus-others gap with a prompt-clustered bootstrap CI; writes selectivity.jsonl."""
+    from experiments.rundir import RunDir
+    from experiments.stages.probe import ProbeError
+    from experiments.stages.selectivity import SelectivitySettings, selectivity_stage
+
+    s = SelectivitySettings(tasks=tuple(tasks) if tasks else ("layout",), min_attempts=min_attempts,
+                            exclude_trivial=exclude_trivial, n_boot=n_boot, seed=seed)
+    with run_writer(run, "ambench selectivity") as rd:
+        try:
+            rows = selectivity_stage(rd, s, models, progress=lambda msg: typer.echo(msg, err=True))
+        except ProbeError as e:
+            fail(str(e))
+
+    def f3(v: Optional[float]) -> str:
+        return "n/a" if v is None else f"{v:+.3f}"
+
+    for r in rows:
+        if r["kind"] == "gap":
+            typer.echo(f"{r['task']} {r['position']:<8} {r['model']}: own {f3(r['own_r2'])}, others {f3(r['others_mean_r2'])}, "
+                       f"gap {f3(r['gap'])} [{f3(r['ci'][0])}, {f3(r['ci'][1])}]{' (own best)' if r['own_best'] else ''}")
+        elif r["kind"] == "mean_gap":
+            typer.echo(f"{r['task']} {r['position']:<8} mean own-minus-others gap over {r['n_models']} models: {f3(r['gap'])} "
+                       f"[{f3(r['ci'][0])}, {f3(r['ci'][1])}] (paper: +0.015)")
+        elif r["kind"] == "skipped":
+            typer.echo(json.dumps(r))
+    typer.echo(f"wrote {run / RunDir.SELECTIVITY} ({len(rows)} rows)")
+
+
+@app.command()
+def attention(
+    run: RunOpt,
+    model: ModelOpt = "smollm2-135m-instruct",
+    task: TaskOpt = "layout",
+    layers: Optional[list[int]] = typer.Option(None, "--layers", help="Blocks whose attention is read (default: every block)."),
+    samples: Optional[list[int]] = typer.Option(None, "--sample", help="Only these attempt samples (repeat; default: all)."),
+    n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Prompt-clustered bootstrap resamples of the mean's CI."),
+    seed: SeedOpt = 0,
+    limit: LimitOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
+) -> None:
+    """Attention focus: how much the drawing statements of every valid attempt attend to the prompt's spatial
+    words (vs uniform attention over the prompt), per layer; writes attention.jsonl, attention_table.json."""
+    from experiments.stages.attention import AttentionSettings, attention_stage, summarise_attention
+
+    s = AttentionSettings(task=task, layers=tuple(layers) if layers else None, samples=tuple(samples) if samples else None,
+                          limit=limit, n_boot=n_boot, seed=seed)
+    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+    if layers and any(not 0 <= layer < rt.info.n_layers for layer in layers):
+        fail(f"--layers must be in 0..{rt.info.n_layers - 1}")
+    with run_writer(run, "ambench attention") as rd:
+        counts = attention_stage(rt, rd, model, s)
+        typer.echo(json.dumps(counts))
+        if not counts["attempts"]:
+            fail(f"no valid {task} attempts of {model} in {run}")
+        if counts["errors"]:
+            typer.echo(f"{counts['errors']} attempts not read (rerun to retry them): {counts['error']}", err=True)
+            if counts["errors"] == counts["attempts"]:
+                fail(counts["error"])
+        table = summarise_attention(rd, n_boot, seed)
+
+    def f3(v: Optional[float]) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    for t in table:
+        if t["model"] != model:
+            continue
+        typer.echo(f"{t['model']} {t['task']}: focus over {t['attempts']} attempts ({t['prompts']} prompts): mean {f3(t.get('mean'))} "
+                   f"[{f3((t.get('ci') or [None])[0])}, {f3((t.get('ci') or [None, None])[1])}], median {f3(t.get('median'))}, "
+                   f"IQR {f3(t.get('q1'))}-{f3(t.get('q3'))}, peak layer {t.get('peak_layer')}; skipped {json.dumps(t['skipped'])}")
+    typer.echo(f"table: {run / 'attention_table.json'}, plot: {run / 'attention.png'}")
 
 
 @app.command()

@@ -141,3 +141,34 @@ def layout_compare(
             shown += 1
     if not shown:
         fail(f"no model in {run} has both arms {a!r} and {b!r}")
+
+
+@layout_app.command("tier-gap")
+def layout_tier_gap(
+    run: RunOpt,
+    n_boot: int = typer.Option(10_000, "--boot", min=100),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json", help="JSON rows instead of a table."),
+) -> None:
+    """Is the T2/T3 inversion a property of the 24x24 medium? T3 - T2 per medium, and its difference
+    between each medium and v1, paired by prompt, with tier-stratified prompt bootstrap CIs. Read-only."""
+    from experiments.stages.layout import tier_gap_table
+
+    _need_generations(run)
+    ensure_renders(run)
+    with boundary():
+        rows = tier_gap_table(run, n_boot, seed)
+    if not rows:
+        fail(f"{run} has layout attempts in only one medium (or too few T2/T3 prompts): add another with "
+             f"`ambench generate --medium v1-48 --task layout --out {run}`")
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    for r in rows:
+        who = f"{r['metric']} | {r['model']} | {r['protocol']}"
+        if r["kind"] == "gap":
+            typer.echo(f"{who} | {r['medium']:<8} T2 {r['T2']:.3f}  T3 {r['T3']:.3f}  gap {r['gap']:+.3f} "
+                       f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]  ({r['n_T2']}+{r['n_T3']} prompts)")
+        else:
+            typer.echo(f"{who} | {r['b']} - {r['a']}: gap {r['gap_b']:+.3f} vs {r['gap_a']:+.3f}, difference "
+                       f"{r['difference']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]")

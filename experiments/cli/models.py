@@ -15,6 +15,20 @@ PromptsOpt = typer.Option(None, "--prompts", help="Prompt file (JSONL: id, text,
 TaskSetOpt = typer.Option(None, "--task", help="translation or layout (the built-in prompt set when --prompts is not given).")
 
 
+def check_medium(medium: str, output: str, items: list) -> None:
+    """A medium the prompts can use, checked before a model loads (one sentence otherwise)."""
+    from bench.canvas.medium import V1, get_medium
+
+    try:
+        med = get_medium(medium)
+    except ValueError as e:
+        fail(str(e))
+    if output == "svg" and medium != "v1":
+        fail("--output svg has no canvas medium: leave --medium at v1")
+    if med.grid != V1.grid and any(it.task == "translation" for it in items):
+        fail(f"translation prompts state a {V1.grid}x{V1.grid} grid; the {med.grid}-cell medium {medium} is for layout prompts")
+
+
 @app.command()
 def generate(
     out: OutRunOpt,
@@ -25,6 +39,8 @@ def generate(
     protocol: str = typer.Option("auto", "--protocol", help="auto, zero-shot, few-shot or completion."),
     shots: int = typer.Option(2, "--shots", min=0, help="Worked examples for few-shot and completion."),
     output: str = typer.Option("canvas", "--output", help="canvas (Python canvas code) or svg (raw SVG, the medium ablation)."),
+    medium: str = typer.Option("v1", "--medium", help="The canvas medium: v1 (the paper's 24x24), v1-48 (48 cells, layout only) "
+                                                       "or outline (outline primitives)."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Temperature of the sampled attempts."),
     seed: SeedOpt = 0,
     max_new_tokens: int = typer.Option(384, "--max-new-tokens", min=1),
@@ -47,7 +63,8 @@ def generate(
     if output not in ("canvas", "svg"):
         fail("--output must be canvas or svg")
     items = load_items(task, prompts, limit)
-    settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots, output)
+    check_medium(medium, output, items)
+    settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots, output, medium)
     rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
     with run_writer(out, "ambench generate") as rd:
         t0, tokens = time.perf_counter(), [0]

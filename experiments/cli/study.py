@@ -25,6 +25,12 @@ def run_cmd(
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1),
     protocol: Optional[str] = typer.Option(None, "--protocol"),
     svg: Optional[bool] = typer.Option(None, "--svg/--no-svg", help="Also run the SVG arm (default: on in the paper preset)."),
+    media: Optional[list[str]] = typer.Option(None, "--medium", help="An extra canvas medium for the layout task (repeat): "
+                                              "v1-48, outline. Adds a layout arm, its tables and the T2/T3 gap contrast."),
+    selectivity: Optional[bool] = typer.Option(None, "--selectivity/--no-selectivity",
+                                               help="The cross-model selectivity table (default: on in the paper preset)."),
+    attention: Optional[bool] = typer.Option(None, "--attention/--no-attention",
+                                             help="Attention focus on the prompt's spatial words (default: on in the paper preset)."),
     continuations: Optional[int] = typer.Option(None, "--continuations", min=1, help="Continuations per intervention arm and cut."),
     intervene_cuts: Optional[int] = typer.Option(None, "--intervene-cuts", min=0, help="Intervention cuts per model (0: every cut)."),
     intervene_tokens: Optional[int] = typer.Option(None, "--intervene-tokens", min=1, help="Tokens per continuation."),
@@ -55,8 +61,9 @@ def run_cmd(
         c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
                                     layout_per_subcategory=layout_per_subcategory, samples=samples,
                                     translation_samples=translation_samples, max_new_tokens=max_new_tokens, protocol=protocol,
-                                    svg=svg, continuations=continuations, intervene_cuts=intervene_cuts,
-                                    intervene_tokens=intervene_tokens, patch_cuts=patch_cuts, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
+                                    svg=svg, media=tuple(media) if media else None, selectivity=selectivity, attention=attention,
+                                    continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
+                                    patch_cuts=patch_cuts, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
                                     dino_folder=dino_folder, trajectory=trajectory,
                                     trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize)
         sh = parse_shard(shard) if shard else None

@@ -38,6 +38,19 @@ class GenerateSettings:
     protocol: str = "auto"  #: auto, zero-shot, few-shot or completion (interp.prompts)
     shots: int = 2  #: worked examples for few-shot and completion
     output: str = "canvas"  #: canvas code or raw SVG (the medium ablation, Exp. 2)
+    #: the canvas medium the program is written for (`bench.canvas.medium.get_medium`): v1 (the paper's
+    #: 24x24), v1-48 (48 cells) or outline (outline primitives); v1 for SVG
+    medium: str = "v1"
+
+    def prompt_protocol(self) -> Protocol:
+        """The prompt protocol these settings ask for (a medium name that does not exist is one sentence)."""
+        from bench.canvas.medium import get_medium
+
+        try:
+            medium = get_medium(self.medium)
+        except ValueError as e:
+            raise RunError(str(e)) from None
+        return Protocol(self.protocol, self.shots, medium=medium, output=self.output)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,7 +75,7 @@ class Attempt:
 
 
 def plan_attempts(runtime: Any, items: Sequence[PromptItem], s: GenerateSettings, model: str) -> list[Attempt]:
-    protocol = Protocol(s.protocol, s.shots, output=s.output)
+    protocol = s.prompt_protocol()
     out = []
     for item in items:
         built = build(item, protocol, runtime.tokenizer, chat=runtime.info.chat)
@@ -158,7 +171,7 @@ def generate_stage(runtime: Any, items: Sequence[PromptItem], run: Any, s: Gener
 
 def regenerate(runtime: Any, item: PromptItem, row: dict[str, Any], s: GenerateSettings) -> dict[str, Any]:
     """Redo one recorded attempt alone, from its row (seed, temperature, protocol)."""
-    protocol = Protocol(s.protocol, s.shots, output=s.output)
+    protocol = s.prompt_protocol()
     built = build(item, protocol, runtime.tokenizer, chat=runtime.info.chat)
     if (built.protocol, built.medium) != (row["protocol"], row.get("medium", "v1")):
         raise RunError(f"the row was made with protocol {row['protocol']} ({row.get('medium', 'v1')}), "

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bench.canvas.png import png_bytes
+from bench.canvas.png import png_bytes, scale_for
 from bench.layout.prompts import by_id
 from experiments.rundir import AttemptKey, arm_of
 from experiments.rundir import RunDir, reading
@@ -104,7 +104,8 @@ def export_kit(run: Path, out: Path, n_pairs: int = 40, seed: int = 0) -> dict[s
     kit_id = f"{run.name}-seed{seed}-{len(pairs)}"
     items = []
     for k, p in enumerate(pairs, 1):
-        imgs = {s: base64.b64encode(png_bytes(renders[p[s]]["pixels"], scale=12)).decode() for s in ("left", "right")}
+        imgs = {s: base64.b64encode(png_bytes(px, scale_for(px, 288))).decode()
+                for s, px in ((s, renders[p[s]]["pixels"]) for s in ("left", "right"))}
         radios = "".join(f'<label><input type="radio" name="{p["pair"]}" value="{c}"> {c}</label>' for c in CHOICES)
         items.append(ITEM.format(pair=p["pair"], num=k, prompt=html.escape(p["prompt"]), radios=radios, **imgs))
     out.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ import numpy as np
 
 from bench.intervene.splice import ARMS, MOVES, continued_drawing, cut_arms, statements, strip_digits
 from bench.sandbox.boundary import clean_text
-from experiments.rundir import AttemptKey, RunDir, answer_text, content_hash, derive_seed, reading, writing
+from experiments.rundir import DEFAULT_MEDIUM, AttemptKey, RunDir, answer_text, content_hash, derive_seed, reading, writing
 from experiments.stages.render import read_renders, render_stage, row_key
 from interp.prompts import PromptItem, Protocol, build, items_by_id
 
@@ -92,7 +92,10 @@ def plan_cuts(run: Any, model: str, task: str = "layout", samples: Iterable[int]
     records: list[dict[str, Any]] = []
     for r in rd.rows(RunDir.GENERATIONS):
         key = AttemptKey.of(r)
-        if key.model != model or key.task != task or key.medium == "svg" or (wanted is not None and key.sample not in wanted):
+        # only the paper's canvas: splicing, the painted mask and the prompt rebuild assume its 24x24 grid
+        # (issue 16: other media are layout arms for the tables and judges, never intervention sources)
+        if (key.model != model or key.task != task or key.medium != DEFAULT_MEDIUM
+                or (wanted is not None and key.sample not in wanted)):
             continue
         rend = renders.get(row_key(r))
         if rend is None or rend["outcome"] != "ok":

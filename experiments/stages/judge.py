@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from bench.canvas.png import png_bytes
+from bench.canvas.png import png_bytes, scale_for
 from bench.layout.judge import DIMENSIONS, PASS, RUBRIC_VERSION, Judge, VerdictCache, cache_key
 from bench.layout.prompts import by_id
 from experiments.rundir import RunDir, reading, writing
@@ -18,6 +18,9 @@ from experiments.rundir import AttemptKey, arm_of
 
 JUDGE_SCORES = RunDir.JUDGE_SCORES
 JUDGE_CACHE = "judge_cache.jsonl"
+#: the side of the image a judge sees: the paper canvas upscaled x16; a 48-cell render is upscaled x8, so
+#: every medium reaches the judge at one size and only its cells differ
+JUDGE_IMAGE_SIDE = 384
 
 
 def judge_stage(run: Any, judge: Judge, progress: Callable[[int], None] | None = None) -> dict[str, int]:
@@ -44,7 +47,7 @@ def _judge(rd: RunDir, judge: Any, progress: Callable[[int], None] | None) -> di
         if rend["outcome"] != "ok":
             out.append(dict(base, valid=False, scores={d: 0 for d in DIMENSIONS}, overall=0.0, passed=False))
         else:
-            png = png_bytes(rend["pixels"])
+            png = png_bytes(rend["pixels"], scale_for(rend["pixels"], JUDGE_IMAGE_SIDE))
             key = cache_key(png, prompts[r["prompt_id"]].text, judge.name)
             v = cache.get(key)
             if v is None:

@@ -5,6 +5,13 @@ dominant share, triviality and background colour, in parts written whole with ro
 carries `input`, a hash of the answer text and the medium: an attempt whose text changed under the
 same key is rendered again (its new row supersedes the old). A read-only caller (`read_renders`)
 never writes; the render stage needs the run's lock.
+
+Each attempt is rendered in its own medium (the `medium` of its key), by a sandbox pool of that medium,
+into that medium's store at its own resolution: the paper's canvas (`v1`) and the SVG arm (rendered at
+24x24 from the vector source) in `RUN/renders/`, another canvas medium in `RUN/renders-<medium>/`
+(`v1-48` at 48x48, `outline` at 24x24). `read_renders` returns every store's rows by attempt key, so
+pixels of different media have different shapes: a consumer that stacks pixels groups by medium first
+(the probes and interventions use only the paper's canvas, the layout tables group by arm).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from bench.layout.scoring import TRIVIAL_SHARE, dominant_share
-from experiments.rundir import AttemptKey, RunDir, answer_text, content_hash, reading, writing
+from experiments.rundir import DEFAULT_MEDIUM, AttemptKey, RunDir, RunError, answer_text, content_hash, reading, writing
 
 CHUNK = 256
 
@@ -26,12 +33,21 @@ def row_key(r: dict[str, Any]) -> str:
     return AttemptKey.of(r).json
 
 
+def store_medium(medium: str) -> str:
+    """The render store an attempt of `medium` goes to: SVG attempts are rendered at the paper canvas's
+    resolution into its store (Exp. 2's resolution-matched comparison); every canvas medium has its own."""
+    return DEFAULT_MEDIUM if medium == "svg" else medium
+
+
 def _store(rd: RunDir, medium: str, say: Callable[[str], None] | None = None) -> Any:
     from activations.renders import RenderStore
     from bench.canvas.medium import get_medium
 
-    med = get_medium(medium)
-    return RenderStore(rd.file(RunDir.RENDERS), med.resolution, {"medium": medium, "trivial_share": TRIVIAL_SHARE}, say)
+    try:
+        med = get_medium(medium)
+    except ValueError as e:
+        raise RunError(f"{rd.path}: an attempt has {e}") from None
+    return RenderStore(rd.renders(medium), med.resolution, {"medium": medium, "trivial_share": TRIVIAL_SHARE}, say)
 
 
 def render_input(r: dict[str, Any]) -> str:
@@ -39,48 +55,82 @@ def render_input(r: dict[str, Any]) -> str:
 
 
 def render_stage(run: Any, workers: int | None = None, progress: Callable[[int], None] | None = None,
-                 medium: str = "v1", say: Callable[[str], None] | None = None) -> Path:
-    """Render every attempt of generations.jsonl that has no current render; returns the store's folder."""
+                 medium: str | None = None, say: Callable[[str], None] | None = None) -> Path:
+    """Render every attempt of generations.jsonl that has no current render, each in its own medium (only
+    the attempts of `medium` when it is given); returns the paper medium's store folder."""
+    with writing(run) as rd:
+        rows = rd.rows(RunDir.GENERATIONS)
+        by_store: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            m = AttemptKey.of(r).medium
+            if medium is None or m == medium:
+                by_store.setdefault(store_medium(m), []).append(r)
+        for sm in sorted(by_store, key=lambda m: (m != DEFAULT_MEDIUM, m)):
+            _render_medium(rd, sm, by_store[sm], workers, progress, say)
+        return rd.renders()
+
+
+def _render_medium(rd: RunDir, medium: str, rows: list[dict[str, Any]], workers: int | None,
+                   progress: Callable[[int], None] | None, say: Callable[[str], None] | None) -> None:
     from bench.canvas.medium import get_medium
     from bench.sandbox.pool import SandboxPool
 
+    store = _store(rd, medium, say)
     med = get_medium(medium)
     n = med.resolution
-    with writing(run) as rd:
-        rows = rd.rows(RunDir.GENERATIONS)
-        store = _store(rd, medium, say)
-        store.repair()
-        done = store.done()
-        todo = [r for r in rows if done.get(row_key(r)) != render_input(r)]
-        if progress and len(rows) - len(todo):
-            progress(len(rows) - len(todo))
-        if todo:
-            with SandboxPool(workers=workers, medium=med) as pool:
-                for i in range(0, len(todo), CHUNK):
-                    batch = todo[i: i + CHUNK]
-                    results = _render_batch(pool, batch, rd.path, n)
-                    pix = np.zeros((len(batch), n, n, 3), dtype=np.uint8)
-                    share = np.zeros(len(batch), dtype=np.float32)
-                    bg = np.zeros((len(batch), 3), dtype=np.uint8)
-                    for j, res in enumerate(results):
-                        if res.valid and res.pixels is not None:
-                            pix[j] = res.pixels
-                            share[j] = dominant_share(res.pixels)
-                            bg[j] = background_of(res)
-                    store.append({"key": [row_key(r) for r in batch], "input": [render_input(r) for r in batch],
-                                  "outcome": [res.outcome for res in results], "reason": [res.reason for res in results],
-                                  "pixels": pix, "dominant_share": share, "background": bg,
-                                  "trivial": [bool(res.valid and sh >= TRIVIAL_SHARE) for res, sh in zip(results, share)]})
-                    if progress:
-                        progress(len(batch))
-        return rd.file(RunDir.RENDERS)
+    store.repair()
+    done = store.done()
+    todo = [r for r in rows if done.get(row_key(r)) != render_input(r)]
+    if progress and len(rows) - len(todo):
+        progress(len(rows) - len(todo))
+    if not todo:
+        return
+    with SandboxPool(workers=workers, medium=med) as pool:
+        for i in range(0, len(todo), CHUNK):
+            batch = todo[i: i + CHUNK]
+            results = _render_batch(pool, batch, rd.path, n)
+            pix = np.zeros((len(batch), n, n, 3), dtype=np.uint8)
+            share = np.zeros(len(batch), dtype=np.float32)
+            bg = np.zeros((len(batch), 3), dtype=np.uint8)
+            for j, res in enumerate(results):
+                if res.valid and res.pixels is not None:
+                    pix[j] = res.pixels
+                    share[j] = dominant_share(res.pixels)
+                    bg[j] = background_of(res)
+            store.append({"key": [row_key(r) for r in batch], "input": [render_input(r) for r in batch],
+                          "outcome": [res.outcome for res in results], "reason": [res.reason for res in results],
+                          "pixels": pix, "dominant_share": share, "background": bg,
+                          "trivial": [bool(res.valid and sh >= TRIVIAL_SHARE) for res, sh in zip(results, share)]})
+            if progress:
+                progress(len(batch))
 
 
-def renders_complete(run: Any, medium: str = "v1") -> bool:
-    """Every attempt of generations.jsonl has a current render (read-only)."""
+def _stores(rd: RunDir, medium: str | None) -> list[Any]:
+    """The render stores to read: one medium's, or every store present."""
+    from activations.renders import RenderStore
+
+    if medium is not None:
+        return [_store(rd, store_medium(medium))]
+    out = []
+    for folder in rd.render_stores():
+        m = RenderStore.medium_of(folder)
+        if m is not None:
+            out.append(_store(rd, m))
+    return out
+
+
+def renders_complete(run: Any, medium: str | None = None) -> bool:
+    """Every attempt of generations.jsonl (of `medium`, when given) has a current render (read-only)."""
     rd = reading(run)
-    done = _store(rd, medium).done()
-    return all(done.get(row_key(r)) == render_input(r) for r in rd.rows(RunDir.GENERATIONS))
+    rows = [r for r in rd.rows(RunDir.GENERATIONS) if medium is None or AttemptKey.of(r).medium == medium]
+    done: dict[str, dict[str, str]] = {}
+    for r in rows:
+        sm = store_medium(AttemptKey.of(r).medium)
+        if sm not in done:
+            done[sm] = _store(rd, sm).done() if rd.renders(sm).is_dir() else {}
+        if done[sm].get(row_key(r)) != render_input(r):
+            return False
+    return True
 
 
 def background_of(res: Any) -> np.ndarray:
@@ -115,9 +165,14 @@ def _render_batch(pool: Any, batch: list[dict[str, Any]], run: Path, n: int) -> 
     return results
 
 
-def read_renders(run: Any, medium: str = "v1") -> dict[str, dict[str, Any]]:
-    """key -> {outcome, reason, trivial, dominant_share, pixels, background} (read-only, checksums verified)."""
-    return _store(reading(run), medium).read()
+def read_renders(run: Any, medium: str | None = None) -> dict[str, dict[str, Any]]:
+    """key -> {outcome, reason, trivial, dominant_share, pixels, background} over every render store (or
+    the store of `medium`), read-only, checksums verified. Pixels are [n, n, 3] at the attempt's medium's
+    resolution (see the module docstring)."""
+    out: dict[str, dict[str, Any]] = {}
+    for store in _stores(reading(run), medium):
+        out.update(store.read())
+    return out
 
 
 def validity(rows: Iterable[dict[str, Any]], renders: dict[str, dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:

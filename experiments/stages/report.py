@@ -32,10 +32,11 @@ def _img_file(path: Path, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _img_pixels(pixels: np.ndarray, alt: str, scale: int = 5) -> str:
-    from bench.canvas.png import png_bytes
+def _img_pixels(pixels: np.ndarray, alt: str, side: int = 120) -> str:
+    """A mosaic as an inline PNG of `side` pixels whatever its resolution (24 cells x5, 48 cells x2.5 -> x2)."""
+    from bench.canvas.png import png_bytes, scale_for
 
-    data = base64.b64encode(png_bytes(pixels, scale)).decode()
+    data = base64.b64encode(png_bytes(pixels, scale_for(pixels, side))).decode()
     return f'<img class="mosaic" alt="{html.escape(alt)}" title="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
@@ -145,6 +146,34 @@ def _media(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str
     return [section], [{"q": "Does the output medium change what models can express? (Exp. 2)", "a": " ".join(answers)}]
 
 
+def _tier_gaps(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Issue 16: the T2/T3 gap per medium and its difference between media (layout.tier_gap_table)."""
+    rows = _json(run, RunDir.TIER_GAPS) or []
+    if not rows:
+        return [], []
+    p = paper["layout"]
+    gaps = [r for r in rows if r["kind"] == "gap"]
+    contrasts = [r for r in rows if r["kind"] == "contrast"]
+    section = ("<h2>Is the T2/T3 inversion a property of the 24x24 medium? (beyond the paper)</h2>"
+               "<p>T3 &minus; T2 of the per-prompt score (positive: compositions beat icons, the paper's inversion), and its "
+               "difference between each medium and the paper's canvas over the prompts both scored; 95% CIs from a prompt "
+               "bootstrap stratified by tier and paired across media.</p>" +
+               _table(gaps, ["metric", "model", "protocol", "medium", "n_T2", "n_T3", "T2", "T3", "gap", "ci", "inverted"]) +
+               _table(contrasts, ["metric", "model", "protocol", "a", "b", "n_T2", "n_T3", "gap_a", "gap_b", "difference", "ci"],
+                      ["metric", "model", "protocol", "A", "B", "T2 prompts", "T3 prompts", "gap A", "gap B", "gap B − gap A",
+                       "95% CI"]) +
+               f"<p class='paper'>Paper (24x24 canvas only, pooled): judge 1 T2 {p['judge1_tier']['T2']} vs T3 "
+               f"{p['judge1_tier']['T3']}, judge 2 T2 {p['judge2_tier']['T2']} vs T3 {p['judge2_tier']['T3']}; the paper "
+               "attributes the inversion to the 24x24 resolution and did not test another medium.</p>")
+    answers = [f"{html.escape(r['model'])}, {html.escape(r['metric'])}: T3 &minus; T2 {r['gap_a']:+.3f} on {html.escape(r['a'])}, "
+               f"{r['gap_b']:+.3f} on {html.escape(r['b'])}; difference {r['difference']:+.3f} {_ci(*r['ci'])} over "
+               f"{r['n_T2']}+{r['n_T3']} prompts ("
+               f"{'the gap depends on the medium' if r['ci'][0] > 0 or r['ci'][1] < 0 else 'no medium effect on the gap shown'})."
+               for r in contrasts]
+    return [section], ([{"q": "Is the T2/T3 inversion a property of the 24x24 medium?", "a": " ".join(answers)}]
+                       if answers else [])
+
+
 def _probes(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     pr = _read(run, RunDir.PROBES)
     if not pr:
@@ -190,6 +219,68 @@ def _probes(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[st
         parts.append(_img_file(png, png.stem))
     return parts, ([{"q": "Is a coarse layout plan decodable before generation, above the text baseline? (Exp. 3)",
                      "a": " ".join(answers)}] if answers else [])
+
+
+def _selectivity(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Issue 16: the model x model decoding table and the own-minus-others gap (stages/selectivity.py)."""
+    rows = _read(run, RunDir.SELECTIVITY)
+    if not rows:
+        return [], []
+    p = paper["probes"]
+    gaps = [r for r in rows if r["kind"] in ("gap", "mean_gap")]
+    section = ("<h3>Cross-model selectivity: does a model decode its own layouts better than the others'?</h3>"
+               "<p>R&sup2; of the best-layer probe from one model's activations (row) to each model's consensus layouts "
+               "(target); the gap is own &minus; the mean over the other models; 95% CIs from one prompt-clustered "
+               "bootstrap across every cell.</p>" +
+               _table(gaps, ["task", "position", "kind", "model", "n_models", "own_r2", "others_mean_r2", "gap", "ci", "own_best"],
+                      ["task", "position", "row", "model (activations)", "models", "R² own", "R² others (mean)", "gap",
+                       "95% CI", "own best"]) +
+               _table([r for r in rows if r["kind"] == "cell"],
+                      ["task", "position", "model", "target", "n_prompts", "r2", "ci", "chosen_layers"],
+                      ["task", "position", "activations of", "targets of", "prompts", "R² (best layer)", "95% CI",
+                       "layer per outer fold"]) +
+               "".join(f"<p>{html.escape(r['task'])}: skipped ({html.escape(r['reason'])})</p>" for r in rows if r["kind"] == "skipped") +
+               f"<p class='paper'>Paper (8 models): mean own-minus-others gap {p['cross_model_gap']:+.3f}; own layouts best "
+               f"decoded for {p['cross_model_own_best']['own_best']} of {p['cross_model_own_best']['models']} models "
+               f"({p['cross_model_own_best']['which']}); GLM-4 9B {p['cross_model_gap_lowest']['GLM-4 9B']:+.3f}.</p>")
+    answers = []
+    for r in (x for x in rows if x["kind"] == "mean_gap"):
+        lo, hi = r["ci"]
+        verdict = ("models decode their own layouts better than the others'" if lo is not None and lo > 0 else
+                   "no model-specific layout shown: models decode one another's layouts about as well as their own")
+        answers.append(f"{html.escape(r['task'])}, {html.escape(r['position'])} token: mean own-minus-others gap {_fmt(r['gap'])} "
+                       f"{_ci(lo, hi)} over {r['n_models']} models, own best for {r['own_best']} ({verdict}).")
+    return [section], ([{"q": "Do models decode their own layouts better than other models' (cross-model selectivity)?",
+                         "a": " ".join(answers)}] if answers else [])
+
+
+def _attention(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Issue 16: the attention focus of drawing statements on the prompt's spatial words (stages/attention.py)."""
+    table = _json(run, RunDir.ATTENTION_TABLE) or []
+    if not table:
+        return [], []
+    parts = ["<h2>Attention focus on the prompt's spatial words, quantified (beyond the paper)</h2>"
+             "<p>Per valid attempt: the attention (mean over heads) of its drawing statements' tokens on the request's "
+             "spatial words, as a share of their attention on the prompt, divided by the share uniform attention over "
+             "the prompt gives (1 = no focus), averaged over statements and layers; its distribution over attempts, a "
+             "prompt-clustered 95% CI of the mean, and the layer where the mean peaks.</p>",
+             _table(table, ["model", "task", "attempts", "prompts", "mean", "ci", "median", "q1", "q3", "peak_layer", "skipped"],
+                    ["model", "task", "attempts", "prompts", "mean focus", "95% CI", "median", "25%", "75%", "peak layer",
+                     "skipped (reason: attempts)"]),
+             "<p class='paper'>Paper: attention maps of GLM-4 32B look more tightly focused than CodeLlama 34B's, from the "
+             "most focused of several candidate generations; illustrative, not a statistic.</p>"]
+    plot = run.file(RunDir.ATTENTION_PLOT)
+    if plot.is_file():
+        parts.append(_img_file(plot, "attention focus per layer"))
+    answers = []
+    for t in (t for t in table if t.get("mean") is not None):
+        lo, hi = t["ci"]
+        answers.append(f"{html.escape(t['model'])}: focus {_fmt(t['mean'])} {_ci(lo, hi)} (median {_fmt(t['median'])}, IQR "
+                       f"{_fmt(t['q1'])}&ndash;{_fmt(t['q3'])}) over {t['attempts']} attempts; "
+                       + ("the drawing statements attend to the spatial words more than uniformly." if lo is not None and lo > 1
+                          else "no focus above uniform attention shown."))
+    return parts, ([{"q": "How much do the drawing statements attend to the prompt's spatial words?", "a": " ".join(answers)}]
+                   if answers else [])
 
 
 def _interventions(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -351,7 +442,8 @@ def _write_report(run: RunDir) -> Path:
     paper = paper_values()
     summary: list[dict[str, Any]] = []
     body: list[str] = []
-    for section in (_translation, _layout, _media, _probes, _interventions, _trajectory, _consistency):
+    for section in (_translation, _layout, _media, _tier_gaps, _probes, _selectivity, _interventions, _attention,
+                    _trajectory, _consistency):
         parts, answers = section(run, paper)
         body += parts
         summary += answers

@@ -89,7 +89,7 @@ def plan_attempts(run: Any, model: str, s: TrajectorySettings) -> tuple[list[Att
     out: list[Attempt] = []
     for r in rd.rows(RunDir.GENERATIONS):
         key = AttemptKey.of(r)
-        if key.model != model or key.task != s.task or key.medium == "svg" or key.sample not in s.samples:
+        if key.model != model or key.task != s.task or key.medium != "v1" or key.sample not in s.samples:
             continue
         counts["attempts"] += 1
         rend = renders.get(row_key(r))

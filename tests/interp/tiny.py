@@ -18,8 +18,8 @@ CORPUS = [
 ]
 
 
-def build_tokenizer(folder: Path, chat: bool = True):
-    """A small byte-level BPE tokenizer (vocab ~400) trained on CORPUS, saved into `folder`."""
+def build_tokenizer(folder: Path, chat: bool = True, corpus: list[str] | None = None, vocab_size: int = 400):
+    """A small byte-level BPE tokenizer (vocab ~400) trained on CORPUS (or `corpus`), saved into `folder`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -28,9 +28,9 @@ def build_tokenizer(folder: Path, chat: bool = True):
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator(CORPUS * 4, trainer)
+    tok.train_from_iterator((CORPUS if corpus is None else corpus) * 4, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>" if chat else "<|endoftext|>",
                                    bos_token="<|endoftext|>", pad_token="<pad>")
     if chat:
