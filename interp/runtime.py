@@ -46,7 +46,7 @@ class ModelInfo:
     """What was loaded, recorded with every output."""
 
     name: str
-    source: str  #: embedded | folder | hub
+    source: str  #: embedded | organism | folder | hub
     path: str
     weights_digest: str
     architecture: str
@@ -152,7 +152,7 @@ class Runtime:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub at run time
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         kind, folder = resolve(model)
-        if kind == "embedded":
+        if kind in ("embedded", "organism"):
             folder = ensure_folder(model)
         elif kind == "hub":
             try:
