@@ -15,8 +15,8 @@ training run that writes an ordinary Hugging Face folder. The pipeline loads it 
 from __future__ import annotations
 
 import json
-import os
 import re
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -92,17 +92,10 @@ def folder_for(model: str, progress: Callable[[int, float], None] | None = None)
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build per organism at a time; a second caller waits and reuses it
         if record(out) is not None:
             return out
+        # under the lock, a partial folder is what a killed build left behind
         for stale in out.parent.glob(f"{out.name}.partial-*"):
-            _remove_tree(stale)
-        if out.exists():  # a folder without training.json is not ours to trust
-            _remove_tree(out)
+            shutil.rmtree(stale, ignore_errors=True)
+        if out.exists():  # a folder without a readable training.json was not finished by us
+            shutil.rmtree(out)
         build(name, out, seed, progress)
     return out
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-    if path.exists():
-        os.replace(path, path.with_name(path.name + ".stale"))

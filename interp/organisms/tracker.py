@@ -7,8 +7,8 @@ row-major tiling. The program is `fill(background)` then one `rect(r,c,s,s,colou
 
 Both organisms are trained on programs whose statements are *noisy* in the same way, statement by
 statement: with probability P_SMALL a square is shifted 1 or 2 cells along one axis (it still covers
-at least 4/6 of its slot), with probability P_LARGE it lands anywhere on the canvas entirely outside the
-region (it covers none of it), otherwise it sits exactly on its slot. They differ in what they write
+at least 4/6 of its slot), with probability P_LARGE it lands entirely outside the region but within 12
+cells of its slot (it covers none of the region), otherwise it sits exactly on its slot. They differ in what they write
 next (the known answers):
 
 - `tracker`: the next square goes on the *first slot, in row-major order, of which less than half the
@@ -48,8 +48,9 @@ REGIONS: dict[str, tuple[int, int, int, int]] = {  #: phrase -> (row, column, he
 SIZES = (6, 12)
 COLOURS = ("red", "blue", "green", "orange", "purple", "teal", "brown", "pink")
 BACKGROUNDS = ("white", "black", "beige")
-P_SMALL = 0.12  #: a statement shifted by 1-2 cells along one axis
-P_LARGE = 0.12  #: a statement placed entirely outside the region
+P_SMALL = 0.15  #: a statement shifted by 1-2 cells along one axis
+P_LARGE = 0.25  #: a statement placed entirely outside the region, within REACH cells of its slot
+REACH = 12  #: as far as the intervention stage looks for a displacement (bench.intervene.splice)
 HELDOUT_SHARE = 0.2  #: of the colour x background prompts of every (region, size)
 DATA_SEED = 20260915  #: the prompt split, shared by both organisms
 MAX_EXTRA = 12  #: a tracker program longer than slots + MAX_EXTRA statements is redrawn (bounds the length)
@@ -82,10 +83,12 @@ def square(r: int, c: int, s: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=None)
-def outside_spots(region: bytes, s: int) -> tuple[tuple[int, int], ...]:
-    """Every top-left corner of an s x s square on the canvas that shares no cell with the region."""
+def outside_spots(region: bytes, s: int, slot: tuple[int, int]) -> tuple[tuple[int, int], ...]:
+    """Every top-left corner of an s x s square on the canvas that shares no cell with the region and is
+    within REACH cells of `slot` along each axis (where the intervention stage's moves land)."""
     reg = np.frombuffer(region, dtype=bool).reshape(GRID, GRID)
-    return tuple((a, b) for a in range(GRID - s + 1) for b in range(GRID - s + 1) if not reg[a : a + s, b : b + s].any())
+    return tuple((a, b) for a in range(GRID - s + 1) for b in range(GRID - s + 1)
+                 if not reg[a : a + s, b : b + s].any() and abs(a - slot[0]) <= REACH and abs(b - slot[1]) <= REACH)
 
 
 def noisy(slot: tuple[int, int], s: int, region: np.ndarray, rng: np.random.Generator) -> tuple[int, int]:
@@ -98,7 +101,7 @@ def noisy(slot: tuple[int, int], s: int, region: np.ndarray, rng: np.random.Gene
         dr, dc = moves[int(rng.integers(len(moves)))]
         return r + dr, c + dc
     if u < P_SMALL + P_LARGE:
-        spots = outside_spots(region.tobytes(), s)
+        spots = outside_spots(region.tobytes(), s, slot)
         return spots[int(rng.integers(len(spots)))]
     return r, c
 

@@ -99,6 +99,19 @@ def batch_tensors(rows: list[tuple[list[int], int]], pad_id: int) -> tuple[Any, 
     return ids, mask, labels
 
 
+def bucketed(rows: list[tuple[list[int], int]], batch_size: int, seed: int, window: int = 16) -> list[list[tuple[list[int], int]]]:
+    """Batches of similar length: every `window` batches' worth of rows is sorted by length and cut into batches,
+    and the batch order is shuffled with `seed`. Padding is what a CPU spends most of its time on otherwise
+    (tracker programs run from 40 to 270 tokens)."""
+    batches = []
+    span = batch_size * window
+    for start in range(0, len(rows), span):
+        chunk = sorted(rows[start : start + span], key=lambda r: len(r[0]))
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    order = np.random.default_rng(seed).permutation(len(batches))
+    return [batches[i] for i in order]
+
+
 def build_model(cfg: TrainConfig, tokenizer: Any, seed: int) -> Any:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -172,12 +185,16 @@ def heldout_loss(model: Any, rows: list[tuple[list[int], int]], pad_id: int, bat
     return round(total / count, 6)
 
 
-def evaluate(folder: Path, data: Dataset, batch: int = 50, max_new_tokens: int = 256) -> dict[str, Any]:
-    """Greedy answers to every held-out prompt through the runtime (zero-shot protocol), checked per prompt."""
+def evaluate(folder: Path, data: Dataset, batch: int = 50) -> dict[str, Any]:
+    """Greedy answers to every held-out prompt through the runtime (zero-shot protocol), checked per prompt.
+    Generation stops 16 tokens past the longest right answer: a longer one cannot be right."""
     from interp.prompts import Protocol, build
     from interp.runtime import Runtime, Sampling, StopRule
 
     rt = Runtime.from_folder(folder, name=folder.name)
+    known = [e for e in data.heldout if e.program] or data.training_examples(64, 0)
+    longest = max(len(rt.tokenizer(e.answer, add_special_tokens=False)["input_ids"]) for e in known)
+    max_new_tokens = longest + 16
     proto = Protocol("zero-shot", 0)
     results = []
     for i in range(0, len(data.heldout), batch):
@@ -222,8 +239,7 @@ def train_organism(name: str, data: Dataset, cfg: TrainConfig, out: Path, seed: 
         longest = max(len(ids) for ids, _ in encoded)
         if longest > cfg.max_positions:
             raise ValueError(f"{name}: a training sequence has {longest} tokens > max_positions {cfg.max_positions}")
-        batches = [batch_tensors(encoded[i : i + cfg.batch_size], tokenizer.pad_token_id)
-                   for i in range(0, len(encoded), cfg.batch_size)]
+        batches = [batch_tensors(b, tokenizer.pad_token_id) for b in bucketed(encoded, cfg.batch_size, seed)]
         model = build_model(cfg, tokenizer, seed)
         fit_started = time.time()
         curve = fit(model, batches, cfg, progress)
