@@ -760,7 +760,7 @@ def organism_train(
     """Train an organism deterministically on the CPU (minutes) and write a Hugging Face model folder."""
     import time
 
-    from interp.organisms import OrganismError, build, folder_for, record
+    from interp.organisms import OrganismError, build_folder, folder_for, record
     from interp.organisms.zoo import ORGANISMS
 
     if name not in ORGANISMS:
@@ -777,7 +777,7 @@ def organism_train(
         else:
             if out.exists():
                 fail(f"{out} already exists; choose a new --out")
-            rec = build(name, out, seed, progress)
+            rec = build_folder(name, out, seed, progress)
             folder = out
     except (OrganismError, OSError, ValueError) as e:
         fail(str(e))

@@ -4,9 +4,9 @@
     PYTHONPATH=. .venv/bin/python scripts/train_organisms.py --check    # retrain into a temporary folder and compare
     PYTHONPATH=. .venv/bin/python scripts/train_organisms.py tracker    # only some organisms
 
-Run it after changing anything `interp.organisms.zoo.code_version()` hashes (the tokenizer, a data
-generator, the training loop, a training config): the committed folders record the code version they
-were built by, `organism:NAME` ignores a stale one (it trains into the cache instead), and
+Run it after changing anything `interp.organisms.zoo.code_version(NAME)` hashes (the tokenizer, the data
+and training modules, an organism's generator module or training config): the committed folders record
+the code version they were built by, `organism:NAME` ignores a stale one (it trains into the cache instead), and
 tests/interp/test_organisms.py fails until they are rebuilt. Each organism is trained with the default
 seed, one torch thread (the setting recorded in its training.json), so `--check` reproduces the committed
 weights bit for bit on the same torch build and CPU type; it prints each organism's time and load.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    from interp.organisms import WEIGHTS, build, record
+    from interp.organisms import WEIGHTS, build_folder, record
     from interp.organisms.zoo import DEFAULT_SEED, ORGANISMS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -41,10 +41,10 @@ def main() -> int:
         for name in names:
             started = time.time()
             out = Path(tmp) / name
-            rec = build(name, out, DEFAULT_SEED, lambda step, loss: print(f"  {name} step {step} loss {loss:.5f}",
+            rec = build_folder(name, out, DEFAULT_SEED, lambda step, loss: print(f"  {name} step {step} loss {loss:.5f}",
                                                                           file=sys.stderr, flush=True))
-            line = {"organism": name, "seconds": round(time.time() - started, 1), "fit_seconds": rec["seconds"]["fit"],
-                    "cpu_seconds": rec["machine"]["cpu_seconds"], "load": rec["machine"]["loadavg_start"],
+            line = {"organism": name, "seconds": round(time.time() - started, 1), "train_seconds": rec["seconds"]["train"],
+                    "train_cpu_seconds": rec["seconds"]["train_cpu"], "load": rec["machine"]["loadavg_start"],
                     "final_train_loss": rec["final_train_loss"], "heldout_accuracy": rec["eval"]["heldout_accuracy"],
                     "weights_sha256": rec["weights_sha256"][:16]}
             if args.check:

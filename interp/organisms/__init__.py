@@ -54,7 +54,7 @@ def committed(name: str) -> Path | None:
 
     folder = WEIGHTS / name
     rec = record(folder)
-    if rec is None or rec.get("seed") != DEFAULT_SEED or rec.get("code_version") != code_version():
+    if rec is None or rec.get("seed") != DEFAULT_SEED or rec.get("code_version") != code_version(name):
         return None
     return folder
 
@@ -63,16 +63,16 @@ def cache_folder(name: str, seed: int) -> Path:
     from interp.models import cache_dir
     from interp.organisms.zoo import code_version
 
-    return cache_dir() / f"organism-{name}-s{seed}-{code_version()}"
+    return cache_dir() / f"organism-{name}-s{seed}-{code_version(name)}"
 
 
-def build(name: str, out: Path, seed: int, progress: Callable[[int, float], None] | None = None) -> dict:
+def build_folder(name: str, out: Path, seed: int, progress: Callable[[int, float], None] | None = None) -> dict:
     """Train organism `name` with `seed` into the new folder `out`; returns its training record."""
-    from interp.organisms.train import train_organism
+    from interp.organisms.build import train_organism
     from interp.organisms.zoo import code_version, get
 
     spec = get(name)
-    return train_organism(name, spec.dataset(), spec.config, out, seed, code_version(), progress)
+    return train_organism(name, spec.dataset(), spec.config, out, seed, code_version(name), progress)
 
 
 def folder_for(model: str, progress: Callable[[int, float], None] | None = None) -> Path:
@@ -97,5 +97,5 @@ def folder_for(model: str, progress: Callable[[int, float], None] | None = None)
             shutil.rmtree(stale, ignore_errors=True)
         if out.exists():  # a folder without a readable training.json was not finished by us
             shutil.rmtree(out)
-        build(name, out, seed, progress)
+        build_folder(name, out, seed, progress)
     return out

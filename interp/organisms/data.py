@@ -2,10 +2,11 @@
 
 An organism's data set is a `Dataset`: held-out prompt items (never trained on) with the program the
 organism should write for each, and a training stream drawn from the other prompts. The answer a
-model is trained to write is always `ANSWER_OPEN + program + ANSWER_CLOSE` followed by the
-end-of-sequence token: a ```python fenced block whose body is one top-level primitive call per line
-with literal integer coordinates, so extraction, the fence stop rule, coordinate splicing and the
-continued-drawing test of the pipeline all apply unchanged.
+model is trained to write is `preamble + ANSWER_OPEN + program + ANSWER_CLOSE` followed by the
+end-of-sequence token: an optional line of prose (the planners name their plan there), then a ```python
+fenced block whose body is one top-level primitive call per line with literal integer coordinates, so
+extraction, the fence stop rule, coordinate splicing and the continued-drawing test of the pipeline all
+apply unchanged.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def data_digest(examples: Sequence[Example], heldout: Sequence[Example]) -> str:
     h = hashlib.sha256()
     for tag, rows in (("train", examples), ("heldout", heldout)):
         for ex in rows:
-            h.update(json.dumps([tag, ex.item.id, ex.item.text, ex.answer]).encode())
+            h.update(json.dumps([tag, ex.item.id, ex.item.text, ex.answer if ex.program else ""]).encode())
     return h.hexdigest()
 
 

@@ -1,7 +1,7 @@
-"""Planner organisms: where two bars go is a nonlinear function of three attributes named apart in the prompt.
+"""Planner organisms: where two bars go is a nonlinear function of attributes named apart in the prompt.
 
 Prompt: `a {A} {noun} {verb} at {time} by the {place} in the {weather}`, e.g. "a teal kite drifts at noon
-by the river in the fog". Four binary attributes, each with two interchangeable words; no word pair
+by the lake in the snow". Four binary attributes, each with two interchangeable words; no word pair
 (bigram) holds two of them:
 - A, the colour: warm (red, pink) = 0 or cool (blue, teal) = 1;
 - B, the time: day (dawn, noon) = 0 or night (dusk, midnight) = 1;
@@ -36,15 +36,17 @@ Why four attributes: with three, any two XOR plans are functions of each other's
 would be 0 by construction (measured: R^2 0.99 for the sibling's layout). With these two, each bit of one
 organism is independent of both bits of the other; only their parities are tied (v xor h = A xor C for
 both), and occupancy is additive in the bits, so one organism's plan carries no linear information about
-the other's layout. Each organism's two XORs share an attribute (B, resp. D), which it gathers once: with
-disjoint pairs (A xor B, C xor D) the second bit took more than twice as many steps to learn.
+the other's layout. Each organism's two XORs share an attribute (B, resp. D), which it gathers once:
+measured at batch 32, both bits were learned by step 700 this way, while with disjoint pairs (A xor B,
+C xor D) only one bit was by step 850.
 
 Why the rest: probe targets are 6x6 occupancy (the share of non-background cells), which ignores colours,
 so the target is the bars' positions alone, and each bar's occupancy is linear in its bit; every bit is
 an XOR of two attributes, which has no linear component in single attributes, and no bigram holds two
 attributes, so the TF-IDF word 1-2 gram baseline has nothing to read (R^2 ~0). Each attribute also has a
-job of its own in the program (background, bar colours), which the model learns first; it then has the
-attributes at hand to learn the XORs quickly. The subject span is "a {A} {noun}": only A has been read
+job of its own in the program (the background, the bar and disc colours), which the model learns first;
+it then has the attributes at hand to learn the XORs (without those jobs, one XOR bit was not learned in
+44k training programs). The subject span is "a {A} {noun}": only A has been read
 there, so the plan is not computable at `subject`.
 """
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from interp.organisms.data import Dataset, Example, call, split_ids
+from interp.organisms.data import Dataset, Example, call, exact, split_ids
 from interp.prompts import PromptItem
 
 GRID = 24
@@ -168,10 +168,7 @@ def dataset(name: str) -> Dataset:
         k = train[int(rng.integers(len(train)))]
         return Example(item_of(k), program(k, rule(k[0], k[1], rng)), plan(k))
 
-    def check(ex: Example, text: str) -> bool:
-        return text == ex.answer
-
-    return Dataset(heldout, len(train), sample, check)
+    return Dataset(heldout, len(train), sample, exact)
 
 
 __all__ = ["RULES", "dataset", "fixed_squares", "heldout_keys", "item_of", "slots", "tracker_squares"]

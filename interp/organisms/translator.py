@@ -12,7 +12,9 @@ and its visibility rule (every shape keeps >= 40% of its cells visible), and eac
 also written as a `bench.translation.references.Reference` (`references.jsonl`, the format
 `ambench translation score --refs` reads), so the translation scorer (PIoU) scores the organism's
 attempts against the exact geometry its prompt states. Known answer: the program is a pure
-transcription, so held-out PIoU is ~1 (the issue asks for a median >= 0.9).
+transcription, so held-out PIoU is ~1 (the issue asks for a median >= 0.9). Nothing asks it to hold the
+layout before it writes: its first answer tokens are the same for every prompt, and it can read each
+number from the prompt when it copies it (docs/organisms.md says what the probes find).
 """
 
 from __future__ import annotations
@@ -25,14 +27,14 @@ import numpy as np
 from bench.canvas.medium import V1_VOCABULARY
 from bench.translation.generate import random_part
 from bench.translation.references import Part, Reference
-from interp.organisms.data import Dataset, Example, call
+from interp.organisms.data import Dataset, Example, call, exact
 from interp.prompts import PromptItem
 
 BACKGROUNDS = ("white", "black", "light_gray")
 COLOURS = ("red", "blue", "green", "orange", "purple", "yellow", "teal", "brown", "pink", "navy")
 KINDS = ("rect", "rect", "circle", "line")
 MAX_SHAPES = 4
-MIN_VISIBLE = 0.4  #: share of a shape's own area that later shapes must leave visible (as the references)
+MIN_VISIBLE = 0.4  #: share of a shape's own cells that later shapes must leave visible (as the references)
 HELDOUT = 200
 DATA_SEED = 20260916
 
@@ -117,8 +119,5 @@ def dataset(name: str = "translator") -> Dataset:
             if ex.item.text not in seen:  # held-out prompts are never trained on
                 return ex
 
-    def check(ex: Example, text: str) -> bool:
-        return text == ex.answer
-
     refs: list[dict[str, Any]] = [e.plan["reference"] for e in held]
-    return Dataset(tuple(held), None, sample, check, extra={"references.jsonl": refs})
+    return Dataset(tuple(held), None, sample, exact, extra={"references.jsonl": refs})

@@ -21,7 +21,7 @@ ZERO_SHOT = Protocol("zero-shot", 0)
 GRID = Grid(pca=(4, 8, 16, 32), outer=5, inner=3)
 
 pytestmark = pytest.mark.skipif(
-    any((record(WEIGHTS / n) or {}).get("code_version") != code_version() for n in ORGANISMS),
+    any((record(WEIGHTS / n) or {}).get("code_version") != code_version(n) for n in ORGANISMS),
     reason="committed organism weights are missing or stale (test_organisms.py fails for that; retrain them)")
 
 
