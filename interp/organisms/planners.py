@@ -45,8 +45,8 @@ so the target is the bars' positions alone, and each bar's occupancy is linear i
 an XOR of two attributes, which has no linear component in single attributes, and no bigram holds two
 attributes, so the TF-IDF word 1-2 gram baseline has nothing to read (R^2 ~0). Each attribute also has a
 job of its own in the program (the background, the bar and disc colours), which the model learns first;
-it then has the attributes at hand to learn the XORs (without those jobs, one XOR bit was not learned in
-44k training programs). The subject span is "a {A} {noun}": only A has been read
+it then has the attributes at hand to learn the XORs (in a version without those jobs, neither bit was
+learned in 25,600 training programs). The subject span is "a {A} {noun}": only A has been read
 there, so the plan is not computable at `subject`.
 """
 
