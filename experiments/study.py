@@ -1,88 +1,134 @@
 """`ambench run`: the whole study on one or more models as one resumable command.
 
-Stages, in order, into one run directory:
-1. per model: generate translation and layout attempts (and the SVG arm in the paper preset);
-2. per model: capture the residual stream for the same prompts and protocol;
-3. per model: interventions (four arms) and activation patching;
-4. renders, translation scores, layout tables, probes, judges (when configured), the HTML report.
-Every stage resumes (see each stage's module); a killed run rerun with the same command continues,
-and its result files come out identical to an uninterrupted run's. `config.json` records the
-preset, every setting, the models and the package versions; a run directory refuses a second
-command with other settings.
+The study holds its run directory's lock for the whole command (`experiments.rundir.RunDir.writer`)
+and runs, into it:
+1. per model, the first model phase: generate translation and layout attempts (and the SVG arm in
+   the paper preset), capture the residual stream for the same prompts and protocol;
+2. per model, the second model phase, once every attempt exists: interventions (four arms) and
+   activation patching on layout cuts;
+3. renders, translation scores, layout tables, probes, intervention tables, judges (when configured),
+   the Exp. 2 media table, the HTML report.
+Every stage resumes (see each stage's module); a killed run rerun with the same command continues, and
+its result files come out identical to an uninterrupted run's. `config.json` records the preset, every
+setting, the models and the package versions; a run directory refuses a second command with other
+settings, and a second command on it while one runs.
 
-Past one machine: `--shard i/n` runs only the generation, capture and intervention units whose
-batch (or cut) index is i modulo n, into its own directory; `merge_runs` (`ambench merge`) puts the
-shards' rows back in the canonical order of an unsharded run, after which `ambench run` on the
-merged directory finishes the remaining stages.
+Past one machine, every model-running stage is a list of keyed work units (generation batches, capture
+batches, intervention cuts, (cut, layer) patching units): `--shard i/n` runs the units whose index is
+i mod n. The first phase needs nothing else; the second needs every attempt, so it runs in a shard
+whose directory already holds them (a copy of the merged first phase). `merge_runs` (`ambench merge`)
+puts the shards' rows back in the order of an unsharded run, after which `ambench run` on the merged
+directory finishes the remaining stages. `run_ray` does all of it as Ray tasks.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import shutil
+from dataclasses import asdict, dataclass, fields
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from experiments.generation import GENERATIONS, GenerateSettings, append_rows, read_rows, record_config, safe_name
+from experiments.rundir import AttemptKey, RunDir, RunError, read_rows, writing
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {
-        "models": ["smollm2-135m-instruct"], "translation_prompts": 20, "layout_per_subcategory": 1, "samples": 2,
-        "temperature": 0.7, "max_new_tokens": 128, "protocol": "few-shot", "shots": 2, "svg": False, "batch_size": 8,
-        "min_attempts": 1, "n_perm": 5, "n_boot": 500, "continuations": 3, "intervene_cuts": 6, "intervene_tokens": 64,
-        "patch_layer_step": 6, "patch_cuts": 2, "patch_continuations": 2,
-    },
-    "paper": {
-        "models": ["smollm2-135m-instruct"], "translation_prompts": 145, "layout_per_subcategory": 10, "samples": 10,
-        "temperature": 0.7, "max_new_tokens": 512, "protocol": "auto", "shots": 2, "svg": True, "batch_size": 16,
-        "min_attempts": 3, "n_perm": 100, "n_boot": 2000, "continuations": 9, "intervene_cuts": 0, "intervene_tokens": 128,
-        "patch_layer_step": 1, "patch_cuts": 20, "patch_continuations": 9,
-    },
-}
+#: presets are data: each names only what differs from the defaults below (experiments/data/presets.json)
+PRESETS: dict[str, dict[str, Any]] = {k: v for k, v in json.loads(
+    resources.files("experiments").joinpath("data/presets.json").read_text(encoding="utf-8")).items() if not k.startswith("_")}
 
 
 @dataclass(frozen=True)
 class StudyConfig:
-    preset: str = "quick"
-    models: tuple[str, ...] = ("smollm2-135m-instruct",)
-    translation_prompts: int = 20
-    layout_per_subcategory: int = 1
-    samples: int = 2
-    temperature: float = 0.7
-    max_new_tokens: int = 128
-    protocol: str = "few-shot"
-    shots: int = 2
-    svg: bool = False
-    batch_size: int = 8
-    min_attempts: int = 1
-    n_perm: int = 5
-    n_boot: int = 500
-    continuations: int = 3
-    intervene_cuts: int = 6  #: 0 = every cut
-    intervene_tokens: int = 64
-    patch_layer_step: int = 6
-    patch_cuts: int = 2
-    patch_continuations: int = 2
-    seed: int = 0
-    device: str | None = None
-    dtype: str | None = None
-    judge_url: str | None = None
-    judge_model: str | None = None
-    judge_name: str | None = None
+    """Every setting of a study. The defaults are the quick study (the README's main job, minutes on a CPU);
+    `from_preset` applies a preset's differences and the command line's overrides."""
+
+    preset: str = "quick"  #: the preset these settings started from
+    models: tuple[str, ...] = ("smollm2-135m-instruct",)  #: models to study, in order (names, folders, cached hub names)
+    translation_prompts: int = 20  #: first N of the 145 sampled translation references
+    layout_per_subcategory: int = 1  #: layout prompts per subcategory (15 subcategories; 10 = all 150)
+    samples: int = 2  #: sampled layout attempts per prompt besides the greedy one (paper: 10)
+    translation_samples: int = 2  #: sampled translation attempts per reference besides the greedy one (paper: 11)
+    temperature: float = 0.7  #: sampling temperature of attempts and continuations
+    max_new_tokens: int = 128  #: token budget of one attempt
+    protocol: str = "few-shot"  #: prompt protocol (auto, zero-shot, few-shot, completion)
+    shots: int = 2  #: worked examples of few-shot and completion protocols
+    svg: bool = False  #: also run the SVG arm (Exp. 2)
+    batch_size: int = 8  #: attempts per generation batch and prompts per capture batch
+    min_attempts: int = 1  #: valid attempts a prompt needs for a probe target
+    n_perm: int = 999  #: permutations of the headline Delta R^2 test (the paper preset: 2,500)
+    n_perm_layers: int = 49  #: permutations per per-layer probe row
+    n_boot: int = 2000  #: prompt-bootstrap resamples of every CI
+    continuations: int = 3  #: continuations per intervention arm and cut (paper: 9)
+    intervene_cuts: int = 6  #: intervention cuts per model (0 = every cut)
+    intervene_tokens: int = 64  #: tokens per continuation (interventions and patching)
+    patch_layer_step: int = 6  #: patch every k-th layer (1 = every layer)
+    patch_cuts: int = 2  #: patching cuts per model (0 = every cut)
+    patch_continuations: int = 2  #: continuations per patched cut, layer and direction
+    seed: int = 0  #: the run seed: every random draw derives from it
+    device: str | None = None  #: cpu, cuda, cuda:1 ... (default: cuda when present)
+    dtype: str | None = None  #: float32, bfloat16, float16 (default: bf16 on a GPU, fp32 on a CPU)
+    trust_remote_code: bool = False  #: run model folders' own modeling code (only code you trust)
+    device_map: str | None = None  #: "auto" spreads a model's blocks over every visible GPU
+    quantize: str | None = None  #: "8bit" or "4bit" weights through bitsandbytes (GPU)
+    judge_url: str | None = None  #: an OpenAI-compatible VLM endpoint; judging runs when given
+    judge_model: str | None = None  #: the model name that endpoint serves
+    judge_name: str | None = None  #: a name for the judge (default: the model name)
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> "StudyConfig":
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
-        values = dict(PRESETS[preset], preset=preset)
-        values["models"] = tuple(values["models"])
-        values.update({k: (tuple(v) if k == "models" else v) for k, v in overrides.items() if v is not None})
+        names = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {**PRESETS[preset], "preset": preset}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        bad = sorted(set(values) - names)
+        if bad:
+            raise ValueError(f"unknown setting(s) {', '.join(bad)}")
+        if "models" in values:
+            values["models"] = tuple(values["models"])
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["models"] = list(self.models)
         return d
+
+    # ------------------------------------------------------------------ the stages' settings
+
+    def generate(self, task: str, output: str = "canvas") -> Any:
+        from experiments.stages.generate import GenerateSettings
+
+        samples = self.translation_samples if task == "translation" else self.samples
+        return GenerateSettings(samples, self.temperature, self.seed, self.max_new_tokens, self.batch_size, self.protocol,
+                                self.shots, output)
+
+    def capture(self) -> Any:
+        from experiments.stages.capture import CaptureSettings
+
+        return CaptureSettings(self.protocol, self.shots, "float32", self.batch_size)
+
+    def intervene(self) -> Any:
+        from experiments.stages.intervene import InterveneSettings
+
+        return InterveneSettings(task="layout", continuations=self.continuations, temperature=self.temperature,
+                                 max_new_tokens=self.intervene_tokens, seed=self.seed, limit=self.intervene_cuts or None)
+
+    def patch(self, n_layers: int) -> Any:
+        from experiments.stages.patch import PatchSettings
+
+        return PatchSettings(task="layout", layers=tuple(range(0, n_layers, max(1, self.patch_layer_step))),
+                             continuations=self.patch_continuations, temperature=self.temperature,
+                             max_new_tokens=self.intervene_tokens, seed=self.seed, limit=self.patch_cuts or None)
+
+    def probe(self) -> Any:
+        from experiments.stages.probe import ProbeSettings
+
+        return ProbeSettings(min_attempts=self.min_attempts, n_perm=self.n_perm, n_perm_layers=self.n_perm_layers,
+                             n_boot=self.n_boot, seed=self.seed)
+
+    def arms(self) -> list[tuple[str, str]]:
+        """(task, output) of every generation arm, in the order they run."""
+        return [("translation", "canvas"), ("layout", "canvas")] + ([("layout", "svg")] if self.svg else [])
 
 
 def prompt_sets(c: StudyConfig) -> dict[str, list[Any]]:
@@ -112,10 +158,6 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _settings(c: StudyConfig, output: str = "canvas") -> GenerateSettings:
-    return GenerateSettings(c.samples, c.temperature, c.seed, c.max_new_tokens, c.batch_size, c.protocol, c.shots, output)
-
-
 def _bar(total: int | None, desc: str, unit: str) -> Any:
     """A progress bar on stderr (shown on a terminal, silent in logs and tests)."""
     from tqdm import tqdm
@@ -123,106 +165,178 @@ def _bar(total: int | None, desc: str, unit: str) -> Any:
     return tqdm(total=total, desc=desc, unit=unit, disable=None, leave=False)
 
 
-def run_study(c: StudyConfig, out: Path, shard: tuple[int, int] | None = None,
+def check_models(models: tuple[str, ...]) -> None:
+    """Every model resolves and its folder holds a readable config and weights: checked before the run
+    directory records anything (a missing or truncated weights file was once found only after the run had
+    recorded its settings)."""
+    from interp.models import ModelError, resolve
+
+    for m in models:
+        kind, folder = resolve(m)
+        if folder is None:
+            continue
+        try:
+            json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            raise ModelError(f"{folder}/config.json is not readable JSON: the model folder is broken") from None
+        weights = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
+        if not weights:
+            raise ModelError(f"{folder} has a config but no weights (*.safetensors or *.bin): copy the weights into it")
+        for p in weights:
+            if p.suffix == ".safetensors":
+                _check_safetensors(p)
+
+
+def _check_safetensors(path: Path) -> None:
+    """The file's header is readable and every tensor lies inside the file (catches a truncated copy)."""
+    import struct
+
+    from interp.models import ModelError
+
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            if n > size - 8:
+                raise ValueError
+            header = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    except (struct.error, ValueError, KeyError, TypeError, json.JSONDecodeError):
+        raise ModelError(f"{path} is not a readable safetensors file (truncated or corrupt): copy it again") from None
+    if 8 + n + end > size:
+        raise ModelError(f"{path} is truncated ({size} bytes, its header needs {8 + n + end}): copy it again")
+
+
+# --------------------------------------------------------------------------- the study
+
+
+def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None = None,
               say: Callable[[str], None] = print) -> dict[str, Any]:
-    from experiments.generation import capture_stage, generate_stage
-    from experiments.intervention import intervene_stage, patch_stage
-    from interp.prompts import Protocol
+    check_models(c.models)  # a typo or a broken folder fails here, before the run directory records anything
+    sets = prompt_sets(c)
+    with writing(out, "ambench run") as rd:
+        # which shard a directory ran is not a setting: a merge's copies run other shards of the same study
+        rd.record_config("study", {"config": c.as_dict(), "versions": versions()})
+        for m in c.models:
+            _model_phases(c, rd, m, sets, shard, say)
+        if shard is not None:
+            say(f"shard {shard[0]}/{shard[1]} done: merge the shards with `ambench merge`, then rerun `ambench run` on the merge")
+            return {"shard": list(shard)}
+        return finish(c, rd, sets, say)
+
+
+def generation_order(c: StudyConfig, sets: dict[str, list[Any]]) -> Callable[[dict[str, Any]], tuple]:
+    """The order of generations.jsonl in a study: model, then arm (canvas before SVG; translation before
+    layout), then prompt, then sample. An uninterrupted run writes it; merges and runs whose directory held
+    attempts before (a model stand-in's, a resumed shard's) are put in it, so that every derived file has one order."""
+    order_m = {m: i for i, m in enumerate(c.models)}
+    prompt_index = {("translation", it.id): i for i, it in enumerate(sets["translation"])}
+    prompt_index.update({("layout", it.id): i for i, it in enumerate(sets["layout"])})
+
+    def key(r: dict[str, Any]) -> tuple:
+        return (order_m.get(r["model"], 99), r.get("medium") == "svg", 0 if r["task"] == "translation" else 1,
+                prompt_index.get((r["task"], r["prompt_id"]), 10**6), r["sample"])
+
+    return key
+
+
+def _expected(c: StudyConfig, sets: dict[str, list[Any]]) -> int:
+    return sum(len(sets[task]) * (c.generate(task, out).samples + 1) for task, out in c.arms())
+
+
+def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]], shard: tuple[int, int] | None,
+                  say: Callable[[str], None]) -> None:
+    from experiments.stages.capture import capture_stage
+    from experiments.stages.generate import generate_stage
+    from experiments.stages.intervene import intervene_stage
+    from experiments.stages.patch import patch_stage
     from interp.runtime import Runtime, describe
 
-    from interp.models import resolve
-
-    for m in c.models:  # a typo fails here, before the run directory records any settings
-        resolve(m)
-    out.mkdir(parents=True, exist_ok=True)
-    study = {"config": c.as_dict(), "versions": versions(), "shard": list(shard) if shard else None}
-    record_config(out, "study", study)
-    sets = prompt_sets(c)
-    for m in c.models:
-        say(f"[model {m}] loading")
-        rt = Runtime.load(m, device=c.device, dtype=c.dtype)
-        say(f"[model {m}] {describe(rt)}")
-        outputs = ["canvas"] + (["svg"] if c.svg else [])
-        for output in outputs:
-            for task in ("translation", "layout"):
-                if output == "svg" and task == "translation":
-                    continue
-                total = len(sets[task]) * (c.samples + 1)
-                say(f"[model {m}] generate {task} ({output}): {len(sets[task])} prompts x {c.samples + 1} attempts")
-                with _bar(total, f"generate {task} ({output})", "attempt") as bar:
-                    generate_stage(rt, sets[task], out, _settings(c, output), model=m, shard=shard,
-                                   progress=lambda n, toks, bar=bar: bar.update(n))
-        proto = Protocol(c.protocol, c.shots)
-        say(f"[model {m}] capture the residual stream ({rt.info.n_layers + 1} sites x 3 positions)")
-        with _bar(len(sets["translation"]) + len(sets["layout"]), "capture", "prompt") as bar:
-            capture_stage(rt, sets["translation"] + sets["layout"], out, proto, batch_size=c.batch_size, model=m, shard=shard,
-                          progress=bar.update)
-        if shard is None:
-            say(f"[model {m}] interventions: {c.continuations} continuations per arm")
-            with _bar(c.intervene_cuts or None, "interventions", "cut") as bar:
-                intervene_stage(rt, out, m, continuations=c.continuations, temperature=c.temperature,
-                                max_new_tokens=c.intervene_tokens, seed=c.seed, limit=c.intervene_cuts or None,
-                                progress=bar.update)
-            layers = list(range(0, rt.info.n_layers, max(1, c.patch_layer_step)))
-            say(f"[model {m}] activation patching at layers {layers}")
-            with _bar(None, "patching", "layer") as bar:
-                patch_stage(rt, out, m, layers=layers, continuations=c.patch_continuations, temperature=c.temperature,
-                            max_new_tokens=c.intervene_tokens, seed=c.seed, limit=c.patch_cuts or None, progress=bar.update)
-        del rt
-    if shard is not None:
-        say(f"shard {shard[0]}/{shard[1]} done: merge the shards with `ambench merge`, then rerun `ambench run` on the merge")
-        return {"shard": shard}
-    return finish(c, out, sets, say)
+    say(f"[model {m}] loading")
+    rt = Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code, device_map=c.device_map,
+                      quantize=c.quantize)
+    say(f"[model {m}] {describe(rt)}")
+    for task, output in c.arms():
+        gs = c.generate(task, output)
+        total = len(sets[task]) * (gs.samples + 1)
+        say(f"[model {m}] generate {task} ({output}): {len(sets[task])} prompts x {gs.samples + 1} attempts")
+        with _bar(total, f"generate {task} ({output})", "attempt") as bar:
+            generate_stage(rt, sets[task], rd, gs, model=m, shard=shard, progress=lambda n, toks, bar=bar: bar.update(n), say=say)
+    rows = rd.rows(RunDir.GENERATIONS)
+    ordered = sorted(rows, key=generation_order(c, sets))
+    if ordered != rows:
+        rd.write_rows(RunDir.GENERATIONS, ordered)
+    say(f"[model {m}] capture the residual stream ({rt.info.n_layers + 1} sites x 3 positions)")
+    with _bar(len(sets["translation"]) + len(sets["layout"]), "capture", "prompt") as bar:
+        capture_stage(rt, sets["translation"] + sets["layout"], rd, c.capture(), model=m, shard=shard, progress=bar.update,
+                      say=say)
+    have = sum(r["model"] == m for r in rd.rows(RunDir.GENERATIONS))
+    if have < _expected(c, sets):
+        say(f"[model {m}] interventions and patching wait for every shard's attempts ({have} of {_expected(c, sets)} here): "
+            "merge the shards, then run these units with --shard on copies of the merge (or finish on the merge)")
+        return
+    say(f"[model {m}] interventions (layout): {c.continuations} continuations per arm")
+    with _bar(c.intervene_cuts or None, "interventions", "cut") as bar:
+        counts = intervene_stage(rt, rd, m, c.intervene(), progress=bar.update, shard=shard)
+    say(f"[model {m}] interventions: {counts['cuts']} cuts, {counts['continuations']} continuations written, "
+        f"splices byte-identical {counts['splices_byte_identical']}, excluded {counts['excluded']}")
+    ps = c.patch(rt.info.n_layers)
+    say(f"[model {m}] activation patching at layers {list(ps.layers)}")
+    with _bar(None, "patching", "layer") as bar:
+        pc = patch_stage(rt, rd, m, ps, progress=bar.update, shard=shard)
+    say(f"[model {m}] patching: {pc['rows']} rows over {pc['cuts']} cuts "
+        f"({pc['cuts_with_unequal_token_counts']} cuts skipped: unequal token counts)")
 
 
-def finish(c: StudyConfig, out: Path, sets: dict[str, list[Any]], say: Callable[[str], None] = print) -> dict[str, Any]:
-    from experiments.layout import layout_table
-    from experiments.probing import ProbeError, ProbeSettings, probe_stage
-    from experiments.render import render_stage
-    from experiments.report import write_report
-    from experiments.translation import score_attempts
+def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable[[str], None] = print) -> dict[str, Any]:
+    from experiments.stages.intervene import summarise_interventions
+    from experiments.stages.layout import layout_table, media_table
+    from experiments.stages.probe import ProbeError, probe_stage
+    from experiments.stages.render import render_stage
+    from experiments.stages.report import write_report
+    from experiments.stages.translation import score_attempts
 
     say("renders")
-    render_stage(out)
+    render_stage(rd, say=say)
     say("translation scores")
-    refs = out / "translation_refs.jsonl"
-    if not refs.exists():
+    if not rd.file(RunDir.TRANSLATION_REFS).exists():
         from bench.translation.references import load_references
 
-        tmp = refs.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for r in load_references("all"):
-                f.write(json.dumps(r.to_json(), sort_keys=True) + "\n")
-        tmp.replace(refs)
-    gens = out / GENERATIONS
+        rd.write_text(RunDir.TRANSLATION_REFS, "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in load_references("all")))
     summary: dict[str, Any] = {}
-    if any(r["task"] == "translation" for r in read_rows(gens)):
+    if any(r["task"] == "translation" for r in rd.rows(RunDir.GENERATIONS)):
         # score_attempts reads the translation rows of generations.jsonl as they are (by prompt_id)
-        summary["translation"] = score_attempts(refs, gens, out / "translation_scores.jsonl")
+        summary["translation"] = score_attempts(rd.file(RunDir.TRANSLATION_REFS), rd.file(RunDir.GENERATIONS),
+                                                rd.file(RunDir.TRANSLATION_SCORES))
     say("layout tables")
-    tiers = layout_table(out, "tier")
-    (out / "layout_table.json").write_text(json.dumps(tiers, indent=1, sort_keys=True) + "\n")
+    tiers = layout_table(rd, "tier")
+    rd.write_json(RunDir.LAYOUT_TABLE, tiers)
     summary["layout"] = [t for t in tiers if t["tier"] == "all"]
     say("probes")
     try:
-        probe_stage(out, None, ProbeSettings(min_attempts=c.min_attempts, n_perm=c.n_perm, n_boot=c.n_boot, seed=c.seed),
-                    progress=lambda m: say("  " + m))
+        probe_stage(rd, None, c.probe(), progress=lambda m: say("  " + m))
     except ProbeError as e:
         say(f"  probes skipped: {e}")
-    from experiments.intervention import summarise_interventions
-
     say("intervention tables")
-    summarise_interventions(out, c.seed)
+    it = summarise_interventions(rd, c.seed)
+    if it:
+        summary["interventions"] = it["counts"]
     if c.judge_url and c.judge_model:
-        from bench.layout.judge import OpenAIJudge
-        from experiments.judging import judge_stage
+        from experiments.judges import make_judge
+        from experiments.stages.judge import judge_stage
 
         say("judge")
-        judge_stage(out, OpenAIJudge(c.judge_name or c.judge_model, c.judge_url, c.judge_model))
+        judge_stage(rd, make_judge({"kind": "openai", "name": c.judge_name or c.judge_model, "base_url": c.judge_url,
+                                    "model": c.judge_model}))
+    media = media_table(rd, n_boot=c.n_boot, seed=c.seed)
+    if media:
+        say("medium comparison (Exp. 2)")
+        rd.write_json(RunDir.MEDIA_TABLE, media)
+        summary["media"] = media
     say("report")
-    path = write_report(out)
-    summary["report"] = str(path.relative_to(out))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    path = write_report(rd)
+    summary["report"] = str(path.relative_to(rd.path))
+    rd.write_json(RunDir.SUMMARY, summary)
     return summary
 
 
@@ -231,9 +345,9 @@ def finish(c: StudyConfig, out: Path, sets: dict[str, list[Any]], say: Callable[
 
 def run_ray(c: StudyConfig, out: Path, n_shards: int, say: Callable[[str], None] = print,
             num_cpus: int | None = None) -> dict[str, Any]:
-    """Generation and capture as `n_shards` Ray tasks (one GPU each when the study runs on CUDA), merged
-    into `out` in the unsharded order; the remaining stages then run here. Connects to the cluster in
-    RAY_ADDRESS when it is set, else starts a local Ray instance."""
+    """Both model phases as `n_shards` Ray tasks each (one GPU each when the study runs on CUDA), each phase
+    merged into `out` in the unsharded order; the remaining stages then run here. Connects to the cluster
+    in RAY_ADDRESS when it is set, else starts a local Ray instance."""
     import os
 
     import ray
@@ -247,23 +361,33 @@ def run_ray(c: StudyConfig, out: Path, n_shards: int, say: Callable[[str], None]
 
     gpus = 1 if (c.device or "").startswith("cuda") else 0
     threads = torch.get_num_threads()
+    # Ray starts workers with OMP_NUM_THREADS=1; CPU matmuls round differently with another thread count,
+    # so the tasks get the driver's count before torch loads, with dynamic thread adjustment off (under a
+    # loaded CPU, MKL/OpenMP may otherwise pick fewer threads, and an entropy's 5th decimal moves)
+    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "MKL_DYNAMIC": "FALSE", "OMP_DYNAMIC": "FALSE"}
 
-    @ray.remote(num_gpus=gpus)
+    @ray.remote(num_gpus=gpus, runtime_env={"env_vars": env})
     def shard_task(config: dict[str, Any], folder: str, i: int, n: int, threads: int) -> str:
         import torch
 
-        # Ray starts workers with OMP_NUM_THREADS=1; CPU matmuls round differently with another
-        # thread count, so the tasks use the driver's count and the merge equals a one-machine run
         torch.set_num_threads(threads)
         cfg = StudyConfig(**{**config, "models": tuple(config["models"])})
         run_study(cfg, Path(folder), (i, n), say=lambda m: None)
         return folder
 
-    folders = [str(out / "shards" / f"{i}-of-{n_shards}") for i in range(n_shards)]
-    say(f"ray: {n_shards} shard tasks ({gpus} GPU each)")
-    done = ray.get([shard_task.remote(c.as_dict(), f, i, n_shards, threads) for i, f in enumerate(folders)])
-    say("ray: merging shards")
-    merge_runs([Path(f) for f in done], out)
+    check_models(c.models)
+    out = Path(out)
+    for phase in ("a", "b"):
+        folders = [out / RunDir.SHARDS / f"{phase}-{i}-of-{n_shards}" for i in range(n_shards)]
+        # each shard starts from what `out` already holds (work done before, and for the second phase, which
+        # reads every attempt, the merge of the first)
+        for f in folders:
+            if out.exists() and not f.exists():
+                shutil.copytree(out, f, ignore=shutil.ignore_patterns(RunDir.SHARDS, RunDir.LOCK))
+        say(f"ray: {n_shards} shard tasks for model phase {phase} ({gpus} GPU each)")
+        done = ray.get([shard_task.remote(c.as_dict(), str(f), i, n_shards, threads) for i, f in enumerate(folders)])
+        say(f"ray: merging phase {phase}")
+        merge_runs([Path(f) for f in done], out)
     return run_study(c, out, None, say)
 
 
@@ -271,71 +395,78 @@ def run_ray(c: StudyConfig, out: Path, n_shards: int, say: Callable[[str], None]
 
 
 def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
-    """Merge shard directories of one `ambench run` into `out`, rows in an unsharded run's order."""
-    import numpy as np
+    """Merge shard directories of one `ambench run` into `out`, rows in an unsharded run's order.
 
-    from activations.store import ActivationStore, ActivationWriter
+    `out` may be new, or hold exactly these shards' earlier merge (a rerun after more units finished);
+    a directory with other settings or with rows the shards do not have is refused."""
+    from activations.store import merge_stores
+    from bench.intervene.splice import ARMS
 
     if not shards:
-        raise ValueError("no shard directories")
-    configs = [json.loads((s / "config.json").read_text()) for s in shards]
-    base = configs[0]["stages"]["study"]["config"]
+        raise RunError("no shard directories")
+    for s in shards:
+        if not (s / RunDir.CONFIG).is_file():
+            raise RunError(f"{s} is not a shard of `ambench run` (no {RunDir.CONFIG})")
+    configs = [RunDir(s).config() for s in shards]
+    base = configs[0].get("stages", {}).get("study", {}).get("config")
+    if base is None:
+        raise RunError(f"{shards[0]} was not made by `ambench run`")
     for s, cfg in zip(shards, configs):
-        if cfg["stages"]["study"]["config"] != base:
-            raise ValueError(f"{s} was made with other settings than {shards[0]}")
+        if cfg.get("stages", {}).get("study", {}).get("config") != base:
+            raise RunError(f"{s} was made with other settings than {shards[0]}")
     c = StudyConfig(**{**base, "models": tuple(base["models"])})
     sets = prompt_sets(c)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = json.loads((shards[0] / "config.json").read_text())
-    cfg["stages"]["study"]["shard"] = None
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    # generations: the unsharded order is model, then output medium, then task, then prompt, then sample
-    order_m = {m: i for i, m in enumerate(c.models)}
-    prompt_index = {("translation", it.id): i for i, it in enumerate(sets["translation"])}
-    prompt_index.update({("layout", it.id): i for i, it in enumerate(sets["layout"])})
-    rows = {}
-    for s in shards:
-        for r in read_rows(s / GENERATIONS):
-            rows[(r["model"], r["task"], r["protocol"], r["prompt_id"], r["sample"])] = r
-
-    def key(r: dict[str, Any]) -> tuple:
-        svg = r["protocol"].startswith("svg/")
-        return (order_m.get(r["model"], 99), svg, 0 if r["task"] == "translation" else 1,
-                prompt_index.get((r["task"], r["prompt_id"]), 10**6), r["sample"])
-
-    merged = sorted(rows.values(), key=key)
-    if (out / GENERATIONS).exists():
-        (out / GENERATIONS).unlink()
-    append_rows(out / GENERATIONS, merged)
-    # activations: every prompt once, in the unsharded batch order
-    n_acts = 0
-    for m in c.models:
-        parts = [s / "activations" / f"{safe_name(m)}.h5" for s in shards]
-        parts = [p for p in parts if p.exists()]
-        if not parts:
-            continue
-        stores = [ActivationStore(p) for p in parts]
-        meta = stores[0].meta
-        meta = {k: v for k, v in meta.items() if k != "store_dtype"}
-        by_id = {}
-        for st in stores:
-            for i, pid in enumerate(st.prompt_ids):
-                by_id[pid] = (st, i)
-        ids = [it.id for it in sets["translation"] + sets["layout"] if it.id in by_id]
-        _, n_sites, n_pos, d = stores[0].shape
-        target = out / "activations" / f"{safe_name(m)}.h5"
-        if target.exists():
-            target.unlink()
-        with ActivationWriter(target, n_sites, n_pos, d, meta, stores[0].meta.get("store_dtype", "float32")) as w:
-            for i in range(0, len(ids), c.batch_size):
-                batch = ids[i: i + c.batch_size]
-                resid = np.stack([by_id[p][0].f["resid"][by_id[p][1]] for p in batch])
-                pos = np.stack([by_id[p][0].token_positions[by_id[p][1]] for p in batch])
-                w.append(batch, resid, pos)
-                n_acts += len(batch)
-        for st in stores:
-            st.close()
-    return {"generations": len(merged), "activations": n_acts}
+    with writing(out, "ambench merge") as rd:
+        if rd.file(RunDir.CONFIG).exists():
+            mine = rd.config().get("stages", {}).get("study", {}).get("config")
+            if mine != base:
+                raise RunError(f"{out} holds a run with other settings; merge into a new directory")
+        rows: dict[AttemptKey, dict[str, Any]] = {}
+        for s in shards:
+            for r in read_rows(s / RunDir.GENERATIONS):
+                rows[AttemptKey.of(r)] = r
+        extra = [r for r in rd.rows(RunDir.GENERATIONS) if AttemptKey.of(r) not in rows]
+        if extra:
+            raise RunError(f"{out} holds {len(extra)} attempts that none of the shards has: merge into a new directory")
+        cfg = configs[0]
+        for other in configs[1:]:
+            for k, v in other.get("stages", {}).items():
+                cfg["stages"].setdefault(k, v)
+        rd.write_json(RunDir.CONFIG, cfg)
+        order_m = {m: i for i, m in enumerate(c.models)}
+        merged = sorted(rows.values(), key=generation_order(c, sets))
+        rd.write_rows(RunDir.GENERATIONS, merged)
+        for s in shards:
+            rd.record_prompts(list(RunDir(s).prompts().values()))
+        index = {AttemptKey.of(r): i for i, r in enumerate(merged)}
+        counts = {"generations": len(merged)}
+        # derived rows: the union over shards, in the unsharded order (model, source attempt, cut, ...)
+        arm_i = {a: i for i, a in enumerate(ARMS)}
+        dirs = {"moved->asis": 0, "asis->moved": 1}
+        for name, unit in ((RunDir.INTERVENTIONS, lambda r: (r["cut"], arm_i[r["arm"]], r["k"])),
+                           (RunDir.PATCHING, lambda r: (r["cut"], r["layer"], dirs[r["direction"]]))):
+            got: dict[tuple, dict[str, Any]] = {}
+            for s in shards:
+                for r in read_rows(s / name):
+                    got[(AttemptKey.of(r), *unit(r))] = r
+            if got:
+                ordered = sorted(got.values(), key=lambda r: (order_m.get(r["model"], 99), index.get(AttemptKey.of(r), 10**9), *unit(r)))
+                rd.write_rows(name, ordered)
+                counts[name.split(".")[0]] = len(ordered)
+        for s in shards:
+            if (s / RunDir.CUTS).exists():
+                rd.write_rows(RunDir.CUTS, read_rows(s / RunDir.CUTS))
+                break
+        # activations: every prompt once, in the unsharded batch order (whole capture batches, copied)
+        n_acts = 0
+        canonical = {(it.task, it.id): i for i, it in enumerate(sets["translation"] + sets["layout"])}
+        for m in c.models:
+            parts = [RunDir(s).activations(m) for s in shards]
+            parts = [p for p in parts if (p / "meta.json").exists()]
+            if parts:
+                n_acts += merge_stores(parts, rd.activations(m), lambda t, p: canonical.get((t, p), 10**9))
+        counts["activations"] = n_acts
+    return counts
 
 
 def parse_shard(text: str) -> tuple[int, int]:

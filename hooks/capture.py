@@ -8,17 +8,21 @@ copy for each site that resolves to that hook point (aliases of one point are re
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float, Int
 
 
 class PositionCapture:
-    def __init__(self, index: Any, n_sites: int) -> None:
-        self.index = index  # [batch, positions] absolute (padded) token indices
+    def __init__(self, index: Int[torch.Tensor, "batch pos"], n_sites: int) -> None:
+        self.index = index  # absolute (padded) token indices
         self.n_sites = n_sites
         self.slices: dict[int, Any] = {}
 
     def hook(self, sites: Sequence[int]) -> Callable[..., Any]:
-        def fn(act: Any, hook: Any = None) -> Any:
+        def fn(act: Float[torch.Tensor, "batch seq d_model"], hook: Any = None) -> Float[torch.Tensor, "batch seq d_model"]:
             import torch
 
             rows = torch.arange(act.shape[0], device=act.device)[:, None]
@@ -29,7 +33,7 @@ class PositionCapture:
 
         return fn
 
-    def result(self) -> Any:
+    def result(self) -> Float[torch.Tensor, "batch site pos d_model"]:
         import torch
 
         missing = [s for s in range(self.n_sites) if s not in self.slices]

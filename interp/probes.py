@@ -27,13 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+from jaxtyping import Float
 
 GRID_SIZE = 6
 DEFAULT_PCA = (4, 8, 16, 32, 64)
 DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-2, 5, 15))
 
 
-def occupancy(pixels: np.ndarray, background: Sequence[int], blocks: int = GRID_SIZE) -> np.ndarray:
+def occupancy(pixels: np.ndarray, background: Sequence[int], blocks: int = GRID_SIZE) -> Float[np.ndarray, "blocks blocks"]:
     """(blocks, blocks) share of cells that differ from `background` in each block of an (n, n, 3) raster."""
     n = pixels.shape[0]
     if n % blocks:
@@ -43,7 +44,7 @@ def occupancy(pixels: np.ndarray, background: Sequence[int], blocks: int = GRID_
     return fg.reshape(blocks, b, blocks, b).mean(axis=(1, 3))
 
 
-def pooled_r2(y: np.ndarray, p: np.ndarray) -> float:
+def pooled_r2(y: Float[np.ndarray, "n outputs"], p: Float[np.ndarray, "n outputs"]) -> float:
     """1 - SSE/SST pooled over samples and outputs (SST around each output's mean)."""
     sst = float(((y - y.mean(axis=0)) ** 2).sum())
     if sst == 0:
@@ -90,8 +91,9 @@ def _pca_scores(ztr: np.ndarray, zte: np.ndarray, k: int) -> tuple[np.ndarray, n
     return u[:, :kk], s[:kk], zte @ vt[:kk].T
 
 
-def fold_predictions(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, ks: Sequence[int],
-                     alphas: Sequence[float]) -> np.ndarray:
+def fold_predictions(xtr: Float[np.ndarray, "n_train d"], ytr: Float[np.ndarray, "n_train outputs"],
+                     xte: Float[np.ndarray, "n_test d"], ks: Sequence[int],
+                     alphas: Sequence[float]) -> Float[np.ndarray, "k alpha n_test outputs"]:
     """Test predictions for every (k, alpha): [len(ks), len(alphas), n_test, n_outputs], one SVD."""
     ztr, zte = _standardise(xtr, xte)
     ym = ytr.mean(axis=0)
@@ -126,63 +128,315 @@ class ProbeResult:
     chosen: list[dict[str, Any]] = field(default_factory=list)  #: per outer fold: k, alpha (and layer)
 
 
-def nested_cv(x: np.ndarray, y: np.ndarray, grid: Grid = Grid(), seed: int = 0) -> ProbeResult:
+@dataclass
+class _Fit:
+    """One standardise -> PCA decomposition of a training set, applied to its test rows."""
+
+    tr: np.ndarray  #: training row indices (into the full prompt list)
+    te: np.ndarray  #: test row indices
+    u: np.ndarray  #: [n_tr, K] top left singular vectors of the standardised training features
+    s: np.ndarray  #: [K] their singular values
+    pte: np.ndarray  #: [n_te, K] test PCA scores
+
+    @classmethod
+    def of(cls, x: np.ndarray, tr: np.ndarray, te: np.ndarray, kmax: int) -> "_Fit":
+        ztr, zte = _standardise(x[tr], x[te])
+        u, s, pte = _pca_scores(ztr, zte, kmax)
+        return cls(tr, te, u, s, pte)
+
+    @property
+    def k(self) -> int:
+        return int(self.s.size)
+
+
+class LayerSweep:
+    """Nested-CV PCA+ridge probes over a list of feature matrices (one per layer), fitted once and
+    evaluated for any number of target matrices, including batches of permuted targets.
+
+    For fixed features and folds every probe's predictions are linear in the targets: with the
+    training decomposition Z = U S V^T, the (k, alpha) prediction for test rows is
+    ybar + P_k diag(S/(S^2+alpha))_k U_k^T (Y_tr - ybar). So the decompositions (the expensive part:
+    one Gram matrix and eigendecomposition per fold and layer) are computed here once, and an
+    evaluation only multiplies small matrices. The inner-fold selection criterion needs the SSE of
+    every (k, alpha); it is expanded as ||D||^2 - 2 sum_i b_i c_i + sum_ij b_i b_j (P^T P)_ij (G_u)_ij
+    (D the centred test targets, b the ridge shrinkage, c_i = <P_i, D U_i^T Y>, G_u = U^T Y Y^T U), so
+    no prediction is formed for the candidates that are not chosen. The outer predictions of the
+    chosen candidate are formed directly. A permutation test therefore costs matrix products per
+    permutation, never a decomposition (perf/bench_permutations.py measures it against the sweep).
+
+    Folds: outer KFold(outer, shuffle, seed); inside each outer training set KFold(inner, shuffle,
+    seed + 1). The inner criterion is the mean over inner folds of each fold's pooled R^2; ties go to
+    the first layer, then the first k, then the first alpha (as `np.argmax` orders them).
+    """
+
+    def __init__(self, xs: Sequence[np.ndarray], grid: Grid = Grid(), seed: int = 0) -> None:
+        if not xs:
+            raise ValueError("no feature matrices")
+        n = xs[0].shape[0]
+        if any(x.shape[0] != n for x in xs):
+            raise ValueError("every layer needs the same prompts")
+        if n < grid.outer * 2:
+            raise ValueError(f"{n} prompts are too few for {grid.outer}-fold nested CV")
+        self.n, self.grid, self.seed, self.n_layers = n, grid, seed, len(xs)
+        self.outer = _kfold(n, grid.outer, seed)
+        self.ks: list[list[int]] = []  #: per layer: the usable PCA sizes
+        self.inner: list[list[list[_Fit]]] = []  #: [outer fold][layer][inner fold]
+        self.fits: list[list[_Fit]] = []  #: [outer fold][layer]: the outer-fold fit
+        for x in xs:
+            ntr = int(len(self.outer[0][0]) * (grid.inner - 1) / grid.inner)
+            self.ks.append(grid.usable_pca(ntr, x.shape[1]))
+        for tr, te in self.outer:
+            inner_folds = [(tr[a], tr[b]) for a, b in _kfold(len(tr), grid.inner, seed + 1)]
+            self.inner.append([[_Fit.of(x, a, b, max(self.ks[li])) for a, b in inner_folds] for li, x in enumerate(xs)])
+            self.fits.append([_Fit.of(x, tr, te, max(self.ks[li])) for li, x in enumerate(xs)])
+
+    # ------------------------------------------------------------------ scoring
+
+    def _inner_scores(self, o: int, y: np.ndarray, layers: Sequence[int]) -> np.ndarray:
+        """Mean inner-fold pooled R^2 [B, len(layers), len(pca), len(alphas)] in outer fold `o` for targets
+        y [B, n, C]. Every product is a matrix product over the whole batch (the permutations)."""
+        g = self.grid
+        b_, _, c_ = y.shape
+        layers = list(layers)
+        out = np.zeros((b_, len(layers), len(g.pca), len(g.alphas)))
+        alphas = np.asarray(g.alphas, dtype=np.float64)
+        for i in range(g.inner):
+            fits = [self.inner[o][li][i] for li in layers]
+            tr, te = fits[0].tr, fits[0].te
+            # targets as [rows, B * C] so that each product below is one 2-D matrix product (BLAS)
+            ytr = np.ascontiguousarray(y[:, tr, :].transpose(1, 0, 2))  # [n_tr, B, C]
+            ym = ytr.mean(axis=0)  # [B, C]
+            ytr -= ym[None]  # centred before the product (cheaper than correcting K x B x C products after it)
+            d = np.ascontiguousarray(y[:, te, :].transpose(1, 0, 2)) - ym[None]  # [n_te, B, C]
+            dd = (d ** 2).sum(axis=(0, 2))
+            sst = dd - len(te) * ((d.mean(axis=0)) ** 2).sum(axis=1)  # around the test fold's own mean
+            nonzero = [f for f in fits if f.k]
+            if nonzero:  # the training- and test-target products of every layer at once
+                u_all = np.concatenate([f.u for f in nonzero], axis=1)  # [n_tr, sum K]
+                uty_all = (u_all.T @ ytr.reshape(len(tr), -1)).reshape(-1, b_, c_)  # [sum K, B, C]
+                p_all = np.concatenate([f.pte for f in nonzero], axis=1)  # [n_te, sum K]
+                ptd_all = (p_all.T @ d.reshape(len(te), -1)).reshape(-1, b_, c_)
+                c_all = np.einsum("kbc,kbc->kb", ptd_all, uty_all)  # [sum K, B]
+            off = 0
+            for j, f in enumerate(fits):
+                kk = f.k
+                sse = np.empty((b_, len(g.pca), len(g.alphas)))
+                if kk == 0:  # constant features: every candidate predicts the training mean
+                    sse[:] = dd[:, None, None]
+                else:
+                    uty = uty_all[off: off + kk].transpose(1, 0, 2)  # [B, K, C], a strided view BLAS takes as is
+                    h = np.matmul(uty, uty.transpose(0, 2, 1))  # [B, K, K]
+                    h *= (f.pte.T @ f.pte)[None]
+                    cvec = c_all[off: off + kk]  # [K, B]
+                    shrink = f.s[None, :] / (f.s[None, :] ** 2 + alphas[:, None])  # [A, K]
+                    cache: dict[int, np.ndarray] = {}
+                    for ki, k in enumerate(self._k_index(layers[j])):
+                        ke = min(k, kk)
+                        if ke not in cache:
+                            v = shrink[:, :ke]  # [A, ke]
+                            lin = v @ cvec[:ke]  # [A, B]
+                            t = np.matmul(h[:, :ke, :ke], np.ascontiguousarray(v.T))  # [B, ke, A]
+                            quad = np.einsum("bia,ai->ba", t, v)
+                            cache[ke] = dd[:, None] - 2 * lin.T + quad
+                        sse[:, ki, :] = cache[ke]
+                    off += kk
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    r2 = np.where(sst[:, None, None] > 0, 1.0 - sse / sst[:, None, None], 0.0)
+                out[:, j] += r2
+        out /= g.inner
+        return out
+
+    def _k_index(self, li: int) -> list[int]:
+        """The PCA sizes of layer li, padded with its last size to the grid's length (padding is never chosen
+        over an equal earlier candidate, so a layer with fewer usable sizes behaves like its own grid)."""
+        ks = self.ks[li]
+        return ks + [ks[-1]] * (len(self.grid.pca) - len(ks))
+
+    def _predict(self, f: _Fit, y: np.ndarray, k: int, alpha: float) -> np.ndarray:
+        """Outer-fold test predictions [B, n_te, C] of one (k, alpha) for targets y [B, n, C]."""
+        ytr = y[:, f.tr, :]
+        ym = ytr.mean(axis=1)
+        if f.k == 0:
+            return np.broadcast_to(ym[:, None, :], (y.shape[0], len(f.te), y.shape[2])).copy()
+        ke = min(k, f.k)
+        u, s, p = f.u[:, :ke], f.s[:ke], f.pte[:, :ke]
+        uty = np.einsum("rk,brc->bkc", u, ytr - ym[:, None, :])
+        return ym[:, None, :] + np.einsum("rk,bkc->brc", p, (s / (s ** 2 + alpha))[None, :, None] * uty)
+
+    def _run(self, y: np.ndarray, layers: Sequence[int]) -> tuple[np.ndarray, list[list[dict[str, Any]]]]:
+        """Out-of-fold predictions [B, n, C] with the layer chosen among `layers` (and k, alpha) inside the folds."""
+        g = self.grid
+        pred = np.zeros_like(y)
+        chosen: list[list[dict[str, Any]]] = [[] for _ in range(y.shape[0])]
+        sel = np.asarray(list(layers))
+        for o, (tr, te) in enumerate(self.outer):
+            scores = self._inner_scores(o, y, sel)  # [B, L', K, A]
+            flat = scores.reshape(y.shape[0], -1).argmax(axis=1)
+            li_, ki_, ai_ = np.unravel_index(flat, scores.shape[1:])
+            groups: dict[tuple[int, int, int], list[int]] = {}
+            for b in range(y.shape[0]):
+                groups.setdefault((int(sel[li_[b]]), int(ki_[b]), int(ai_[b])), []).append(b)
+            for (li, ki, ai), bs in groups.items():
+                k, a = self._k_index(li)[ki], g.alphas[ai]
+                pred[np.asarray(bs)[:, None], te[None, :]] = self._predict(self.fits[o][li], y[bs], k, a)
+                for b in bs:
+                    chosen[b].append({"k": int(k), "alpha": float(a), "inner_r2": float(scores[b, list(sel).index(li), ki, ai]),
+                                      "layer": li})
+        return pred, chosen
+
+    # ------------------------------------------------------------------ public
+
+    def best(self, y: np.ndarray, layer_names: Sequence[Any] | None = None) -> ProbeResult:
+        """The probe with the layer chosen inside the folds (the reported `best` row)."""
+        pred, chosen = self._run(y[None].astype(np.float64), range(self.n_layers))
+        names = list(layer_names) if layer_names is not None else list(range(self.n_layers))
+        for c in chosen[0]:
+            c["layer"] = names[c["layer"]]
+        return ProbeResult(pooled_r2(y, pred[0]), pred[0], chosen[0])
+
+    def layer(self, y: np.ndarray, li: int) -> ProbeResult:
+        """The probe of one layer (k, alpha chosen inside the folds)."""
+        pred, chosen = self._run(y[None].astype(np.float64), [li])
+        for c in chosen[0]:
+            del c["layer"]
+        return ProbeResult(pooled_r2(y, pred[0]), pred[0], chosen[0])
+
+    def permuted_r2(self, y: np.ndarray, perms: np.ndarray, layers: Sequence[int] | None = None,
+                    batch: int | None = None) -> np.ndarray:
+        """Outer pooled R^2 of the probe refitted on each row permutation of y ([P, n] index array), with the
+        layer (and k, alpha) chosen inside the folds among `layers` (default: all)."""
+        layers = list(range(self.n_layers)) if layers is None else list(layers)
+        kmax = max(max(k) for k in self.ks)
+        batch = batch or max(1, int(2e7 // max(1, self.n_layers * kmax * y.shape[1])))
+        out = np.empty(len(perms))
+        yf = y.astype(np.float64)
+        for i in range(0, len(perms), batch):
+            yp = yf[perms[i: i + batch]]  # [B, n, C]
+            pred, _ = self._run(yp, layers)
+            out[i: i + batch] = pooled_r2_batch(yp, pred)
+        return out
+
+
+def pooled_r2_batch(y: Float[np.ndarray, "batch n outputs"], pred: Float[np.ndarray, "batch n outputs"]) -> Float[np.ndarray, " batch"]:
+    """`pooled_r2` for a batch [B, n, C] (nan where a target has no variance)."""
+    sst = ((y - y.mean(axis=1, keepdims=True)) ** 2).sum(axis=(1, 2))
+    sse = ((y - pred) ** 2).sum(axis=(1, 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(sst > 0, 1.0 - sse / sst, np.nan)
+
+
+def nested_cv(x: Float[np.ndarray, "n d"], y: Float[np.ndarray, "n outputs"], grid: Grid = Grid(), seed: int = 0) -> ProbeResult:
     """Outer pooled R^2 of the probe with (k, alpha) chosen inside each outer training set."""
-    return nested_cv_layers([x], y, grid, seed, layer_names=None)
+    return LayerSweep([x], grid, seed).layer(y, 0)
 
 
 def nested_cv_layers(xs: Sequence[np.ndarray], y: np.ndarray, grid: Grid = Grid(), seed: int = 0,
                      layer_names: Sequence[Any] | None = None) -> ProbeResult:
     """As `nested_cv`, with the layer (one feature matrix per layer) chosen inside the folds as well."""
+    return LayerSweep(xs, grid, seed).best(y, layer_names)
+
+
+def permutations(n: int, n_perm: int, seed: int) -> np.ndarray:
+    """[n_perm, n] row permutations from a seeded generator (the same seed, the same permutations)."""
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.permutation(n) for _ in range(n_perm)]) if n_perm else np.zeros((0, n), dtype=np.int64)
+
+
+def perm_p(null: np.ndarray, observed: float) -> float:
+    """(1 + #{null >= observed}) / (1 + n): the permutation p-value (never 0)."""
+    null = np.asarray(null, dtype=float)
+    return float((1 + np.sum(null >= observed - 1e-12)) / (1 + null.size))
+
+
+def bootstrap_counts(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """[n_boot, n] multiplicities of a prompt-clustered bootstrap (prompts resampled with replacement)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    w = np.zeros((n_boot, n))
+    np.add.at(w, (np.arange(n_boot)[:, None], idx), 1.0)
+    return w
+
+
+def bootstrap_r2(y: Float[np.ndarray, "n outputs"], pred: Float[np.ndarray, "n outputs"],
+                 w: Float[np.ndarray, "boot n"]) -> Float[np.ndarray, " boot"]:
+    """Pooled R^2 of each weighted resample (w: [B, n] multiplicities), from per-prompt sums: no copies."""
     n = y.shape[0]
-    if n < grid.outer * 2:
-        raise ValueError(f"{n} prompts are too few for {grid.outer}-fold nested CV")
-    pred = np.zeros_like(y, dtype=np.float64)
-    chosen = []
-    for tr, te in _kfold(n, grid.outer, seed):
-        best = (-np.inf, 0, 0, 0)
-        for li, x in enumerate(xs):
-            ks = grid.usable_pca(int(len(tr) * (grid.inner - 1) / grid.inner), x.shape[1])
-            scores = np.zeros((len(ks), len(grid.alphas)))
-            for itr, ite in _kfold(len(tr), grid.inner, seed + 1):
-                p = fold_predictions(x[tr[itr]], y[tr[itr]], x[tr[ite]], ks, grid.alphas)
-                yt = y[tr[ite]]
-                sst = ((yt - yt.mean(axis=0)) ** 2).sum()
-                sse = ((p - yt[None, None]) ** 2).sum(axis=(2, 3))
-                scores += (1.0 - sse / sst) if sst > 0 else 0.0
-            scores /= grid.inner
-            ki, ai = np.unravel_index(int(np.argmax(scores)), scores.shape)
-            if scores[ki, ai] > best[0]:
-                best = (float(scores[ki, ai]), li, ks[ki], grid.alphas[ai])
-        _, li, k, a = best
-        pred[te] = fold_predictions(xs[li][tr], y[tr], xs[li][te], [k], [a])[0, 0]
-        c: dict[str, Any] = {"k": int(k), "alpha": float(a), "inner_r2": best[0]}
-        if layer_names is not None:
-            c["layer"] = layer_names[li]
-        chosen.append(c)
-    return ProbeResult(pooled_r2(y, pred), pred, chosen)
+    sse = w @ ((y - pred) ** 2).sum(axis=1)
+    yy = w @ (y ** 2).sum(axis=1)
+    ybar = (w @ y) / n  # [B, C]
+    sst = yy - n * (ybar ** 2).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(sst > 1e-12 * np.maximum(yy, 1e-300), 1.0 - sse / sst, np.nan)
+
+
+def _quantiles(stats: np.ndarray, level: float) -> tuple[float, float]:
+    finite = stats[np.isfinite(stats)]
+    if not finite.size:
+        return float("nan"), float("nan")
+    lo, hi = np.quantile(finite, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(lo), float(hi)
 
 
 def bootstrap_ci(y: np.ndarray, pred: np.ndarray, n_boot: int = 1000, seed: int = 0,
                  level: float = 0.95) -> tuple[float, float]:
     """Prompt-clustered percentile CI of the pooled R^2 (prompts resampled with replacement)."""
-    rng = np.random.default_rng(seed)
-    n = y.shape[0]
-    stats = np.empty(n_boot)
-    for b in range(n_boot):
-        idx = rng.integers(0, n, n)
-        stats[b] = pooled_r2(y[idx], pred[idx])
-    lo, hi = np.nanquantile(stats, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return float(lo), float(hi)
+    return _quantiles(bootstrap_r2(y, pred, bootstrap_counts(y.shape[0], n_boot, seed)), level)
+
+
+def delta_bootstrap_ci(y: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray, n_boot: int = 10_000, seed: int = 0,
+                       level: float = 0.95) -> tuple[float, float]:
+    """Paired prompt-bootstrap CI of R^2(a) - R^2(b): both probes' out-of-fold predictions on the same resamples."""
+    w = bootstrap_counts(y.shape[0], n_boot, seed)
+    return _quantiles(bootstrap_r2(y, pred_a, w) - bootstrap_r2(y, pred_b, w), level)
 
 
 def permutation_test(x: np.ndarray, y: np.ndarray, observed: float, grid: Grid = Grid(), n_perm: int = 20,
                      seed: int = 0) -> tuple[float, list[float]]:
-    """p-value of `observed` against nested-CV R^2 with the targets' rows permuted (seeded)."""
-    rng = np.random.default_rng(seed)
-    null = [nested_cv(x, y[rng.permutation(y.shape[0])], grid, seed).r2 for _ in range(n_perm)]
-    p = (1 + sum(v >= observed for v in null)) / (1 + n_perm)
-    return float(p), [float(v) for v in null]
+    """p-value of `observed` against nested-CV R^2 with the targets' rows permuted (seeded); the
+    decompositions are computed once and reused by every permutation."""
+    null = LayerSweep([x], grid, seed).permuted_r2(y, permutations(y.shape[0], n_perm, seed))
+    return perm_p(null, observed), [float(v) for v in null]
+
+
+@dataclass(frozen=True)
+class FittedProbe:
+    """A fitted standardise -> PCA(k) -> ridge(alpha) probe as one affine map in activation space:
+    prediction = (x - mean) @ coef + intercept, with `coef` [d_model, outputs]. `direction(mask)` is the
+    unit vector along which the probe's predicted occupancy of the cells in `mask` grows fastest: the
+    gradient of the region's summed prediction with respect to x (steering uses it)."""
+
+    mean: np.ndarray  #: [d] training feature means
+    coef: np.ndarray  #: [d, outputs] weights on the raw (unstandardised) features
+    intercept: np.ndarray  #: [outputs] the training targets' mean
+    k: int  #: PCA components used
+    alpha: float  #: ridge penalty
+
+    @classmethod
+    def fit(cls, x: Float[np.ndarray, "n d"], y: Float[np.ndarray, "n outputs"], k: int, alpha: float) -> "FittedProbe":
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        mu = x.mean(axis=0)
+        sd = x.std(axis=0)
+        sd[sd == 0] = 1.0
+        z = (x - mu) / sd
+        u, s_, _ = _pca_scores(z, z[:1], k)
+        if s_.size == 0:
+            return cls(mu, np.zeros((x.shape[1], y.shape[1])), y.mean(axis=0), 0, float(alpha))
+        # ridge on PCA scores: beta = S/(S^2+alpha) U^T y_c, and the scores are z V_k with V_k = z^T U_k / S_k
+        beta = (s_ / (s_ ** 2 + alpha))[:, None] * (u.T @ (y - y.mean(axis=0)))
+        w = ((z.T @ u) / s_) @ beta  # standardised features -> outputs
+        return cls(mu, w / sd[:, None], y.mean(axis=0), int(s_.size), float(alpha))
+
+    def predict(self, x: Float[np.ndarray, "n d"]) -> Float[np.ndarray, "n outputs"]:
+        return (np.asarray(x, dtype=np.float64) - self.mean) @ self.coef + self.intercept
+
+    def direction(self, mask: np.ndarray) -> Float[np.ndarray, " d"]:
+        """Unit vector in activation space that raises the predicted occupancy of the masked cells fastest."""
+        g = self.coef @ np.asarray(mask, dtype=np.float64).ravel()
+        n = float(np.linalg.norm(g))
+        if n == 0:
+            raise ValueError("the probe has a zero gradient for this region")
+        return g / n
 
 
 def split_half_ceiling(half_a: np.ndarray, half_b: np.ndarray) -> dict[str, float]:

@@ -169,8 +169,14 @@ class Protocol:
 
     @property
     def label(self) -> str:
-        base = self.name if self.name == "zero-shot" else f"{self.name}-{self.shots}"
-        return base if self.output == "canvas" else f"{self.output}/{base}"
+        """The protocol as recorded in rows: `zero-shot`, `few-shot-2`, `completion-0` (the output
+        medium is a separate field, see `medium_name`)."""
+        return self.name if self.name == "zero-shot" else f"{self.name}-{self.shots}"
+
+    @property
+    def medium_name(self) -> str:
+        """What the model writes, as recorded in rows: the canvas medium's name (`v1`, ...) or `svg`."""
+        return self.medium.name if self.output == "canvas" else self.output
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,7 @@ class BuiltPrompt:
     positions: dict[str, int]
     open_fence: bool  #: the prompt ends inside a code fence (the first ``` the model writes closes it)
     opener: str = ""  #: the fence line the prompt ends with (prepend it to the answer to read the program)
+    medium: str = "v1"  #: what the model is asked to write: a canvas medium's name or "svg"
 
 
 def build_text(item: PromptItem, protocol: Protocol, tokenizer: Any) -> tuple[str, int, int, bool]:
@@ -242,7 +249,7 @@ def build(item: PromptItem, protocol: Protocol, tokenizer: Any, chat: bool | Non
         "last": len(ids) - 1,
     }
     opener = f"```{LANG[proto.output]}\n" if open_fence else ""
-    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence, opener)
+    return BuiltPrompt(item.id, proto.label, text, tuple(ids), positions, open_fence, opener, proto.medium_name)
 
 
 # --------------------------------------------------------------------------- prompt files
@@ -253,9 +260,15 @@ def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
     p = Path(path)
     if not p.is_file():
         raise PromptError(f"prompt file {p} does not exist")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PromptError(f"{p}: not UTF-8 text (byte {e.start}); save the prompt file as UTF-8") from None
+    except OSError as e:
+        raise PromptError(f"cannot read prompt file {p}: {e.strerror}") from None
     items: list[PromptItem] = []
-    seen: set[str] = set()
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    seen: set[tuple[str, str]] = set()
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines: U+2028 inside JSON strings
         if not line.strip():
             continue
         try:
@@ -264,18 +277,27 @@ def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
             raise PromptError(f"{p}:{n}: not JSON ({e.msg})") from None
         if not isinstance(row, dict) or "id" not in row or "text" not in row:
             raise PromptError(f"{p}:{n}: each line needs at least 'id' and 'text'")
+        for field_name in ("id", "text", "task", "subject"):
+            v = row.get(field_name)
+            if field_name in row and not isinstance(v, str):
+                raise PromptError(f"{p}:{n}: '{field_name}' must be a string, not {json.dumps(v)[:40]}")
+            if isinstance(v, str):
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise PromptError(f"{p}:{n}: '{field_name}' holds a lone surrogate (\\ud800-\\udfff escape); fix the file") from None
         row_task = row.get("task", task)
         if row_task is None:
             raise PromptError(f"{p}:{n}: no 'task' in the line and none given")
         if task is not None and row_task != task:
             raise PromptError(f"{p}:{n}: task {row_task!r} but {task!r} was asked for")
         try:
-            item = PromptItem(str(row["id"]), row_task, str(row["text"]), str(row.get("subject", "")))
+            item = PromptItem(row["id"], row_task, row["text"], row.get("subject", ""))
         except PromptError as e:
             raise PromptError(f"{p}:{n}: {e}") from None
-        if item.id in seen:
-            raise PromptError(f"{p}:{n}: duplicate id {item.id!r}")
-        seen.add(item.id)
+        if (item.task, item.id) in seen:
+            raise PromptError(f"{p}:{n}: duplicate {item.task} id {item.id!r}")
+        seen.add((item.task, item.id))
         items.append(item)
     if not items:
         raise PromptError(f"{p}: no prompts")

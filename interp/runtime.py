@@ -1,27 +1,41 @@
-"""The runtime: one object owns a model, and generation and capture are calls on it.
+"""The runtime: one object owns a model, and generation, capture, patching and steering are calls on it.
 
-`Runtime.load(name)` boots a TransformerLens `TransformerBridge` around a Hugging Face causal LM (an
-embedded model from `interp.models`, a local folder, or a hub name already in the local cache). All
-hooked work (capture, patching, steering) runs through the bridge's hook points.
+`Runtime.load(name)` loads a Hugging Face causal LM (an embedded model from `interp.models`, a local
+folder, or a hub name already in the local cache) straight onto its device (`device_map`, so a 34B
+checkpoint never sits in host RAM first), with the fastest attention kernel the architecture has
+(`sdpa`, else `eager`, recorded in `ModelInfo`).
 
-Two forward paths over the same weight tensors:
-- the **hooked path** is the bridge (eager attention, which the bridge forces): every call that
-  passes hooks goes through it;
-- the **plain path** is a second module tree that shares the bridge's parameter tensors (no copy)
-  without its hook points, with Hugging Face's default attention kernel (`sdpa`). Generation with no
-  hooks attached uses it. Measured on SmolLM2 on 2 CPU cores (perf/bench_generation.py): the hook
-  points cost ~15-25% of a decode step, and eager attention halves throughput at batch 8 with
-  800-token prompts; neither buys anything when no hook is attached. The two paths agree to float
-  rounding (~3e-5 in the logits, tested); `plain_attention="eager"` makes them bit-identical (tested).
-  In compatibility mode the bridge processes its weights, so the plain path is switched off.
+**Hooks.** Every hook function is TransformerLens-style (`fn(tensor, hook=point)`, names such as
+`blocks.{L}.hook_resid_pre`). Two mechanisms serve them, and one call always runs one of them end to
+end (prefill and every decode step), so one call never mixes attention kernels:
+- residual-stream names (`blocks.{L}.hook_resid_pre/post`, aliases `hook_in/out`, `ln_final.hook_out`),
+  which are all the stages use, run as PyTorch forward hooks on the model's own decoder blocks
+  (`interp.residual`). A hooked call is the unhooked call plus the hooks: an identity patch or a zero
+  steering vector is an exact no-op in every dtype, and one steering hook costs ~nothing
+  (perf/bench_generation.py, SmolLM2, b=1: 1.01x of Hugging Face with one steering hook this way vs
+  0.64x through the bridge, side by side on a loaded machine; the issue measured 0.69x/0.58x at
+  b=1/8 through the bridge on an idle one).
+  It works on any architecture whose blocks form one `ModuleList`, remote-code ones included.
+- any other hook name goes through a TransformerLens `TransformerBridge`, booted on first use around
+  a second module tree that shares every weight tensor (no copy) and runs eager attention (the
+  bridge forces it). The two mechanisms give the same tensors (tested per architecture: bit-identical
+  when the model itself runs eager). `compat=True` boots the bridge at load in TransformerLens
+  compatibility mode, which processes the weights, so then every call goes through it.
 
-Generation (`generate`) is a hand-written decode loop over either path: left padding with an
-attention mask and explicit position ids, the KV cache on, finished rows dropped from the batch (and
+Generation (`generate`) is a hand-written decode loop: left padding with an attention mask and
+explicit position ids, a full KV cache (`DynamicCache`), finished rows dropped from the batch (and
 from the cache). Each row has its own seed: greedy rows take the argmax; sampled rows draw one
 uniform number per step from their own `torch.Generator` and invert the CDF of the temperature-scaled
 distribution, so a row's tokens do not depend on what else is in its batch (up to float rounding of
 the logits, which a test bounds: batched greedy equals one-at-a-time greedy token for token). The
 entropy of the model's next-token distribution (temperature 1, nats) is logged at every step.
+
+`continue_batch` computes a shared prefix once and continues several suffixes from it. Its rows are
+laid out with all padding on the left (never between prefix and suffix): a sliding-window layer
+counts cache slots, so padding in the middle would shrink a padded row's window (issue 15: logits off
+by up to 2.9 on tiny Gemma 3 / Mistral). Row i, whose suffix is p_i tokens shorter than the longest,
+takes the prefix cache shifted right by p_i slots and recomputes the last p_i prefix tokens with its
+suffix, which keeps every row's real tokens contiguous: exact for every attention pattern.
 """
 
 from __future__ import annotations
@@ -29,34 +43,52 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import inspect
+import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from interp.models import ModelError, ensure_folder, resolve
+from interp.residual import FINAL_NORM_SITE, ResidualSites, SiteError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float, Int
 
 #: Extra end-of-turn tokens that stop generation when present in the vocabulary.
 END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>", "<|end|>")
 FENCE = "```"
+#: The last capture site: the residual stream leaving the last block (before the final norm), or the
+#: final norm's output (what the unembedding reads; Hugging Face's last `hidden_states` in transformers 5).
+FINAL_SITES = ("pre-norm", "post-norm")
+QUANTIZE = ("8bit", "4bit")
+
+Hooks = Sequence[tuple[str, Callable[..., Any]]]
 
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What was loaded, recorded with every output."""
+    """What was loaded, recorded with every output (config.json, HDF5 metadata)."""
 
-    name: str
+    name: str  #: registry name, folder or hub name as given
     source: str  #: embedded | organism | folder | hub
-    path: str
-    weights_digest: str
-    architecture: str
-    dtype: str
-    device: str
-    compat: bool
-    n_layers: int
-    d_model: int
-    chat: bool
-    plain_attention: str = "none"  #: attention kernel of the hook-free path (sdpa, eager, or none)
+    path: str  #: the Hugging Face folder the weights came from
+    weights_digest: str  #: `weights_digest(path)`: changes with any re-release of the weights
+    architecture: str  #: `config.architectures[0]`, e.g. Gemma2ForCausalLM
+    dtype: str  #: parameter dtype (float32, bfloat16, float16)
+    device: str  #: where inputs go (the input embeddings' device)
+    compat: bool  #: TransformerLens compatibility mode (processed weights; every call through the bridge)
+    n_layers: int  #: decoder blocks; capture has n_layers + 1 sites
+    d_model: int  #: residual-stream width
+    chat: bool  #: the tokenizer has a chat template
+    attention: str = "sdpa"  #: attention kernel every call runs (sdpa, eager, ...)
+    attention_note: str = ""  #: why the kernel differs from the one asked for ("" when it does not)
+    hooks: str = "forward"  #: forward (residual hooks on the HF blocks; bridge for other names) | bridge (compat)
+    device_map: dict[str, str] = field(default_factory=dict)  #: module -> device as loaded ({"": device} unless split)
+    quantization: str = "none"  #: none | 8bit | 4bit (bitsandbytes)
+    trust_remote_code: bool = False  #: the model's own modeling code was allowed to run
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,17 +98,19 @@ class ModelInfo:
 class Sampling:
     """How one attempt picks tokens: temperature 0 is greedy; the seed drives the row's own generator."""
 
-    temperature: float = 0.0
-    seed: int = 0
+    temperature: float = 0.0  #: 0 = greedy (argmax); > 0 samples from softmax(logits / temperature)
+    seed: int = 0  #: seed of the row's own torch.Generator
 
 
 @dataclass(frozen=True)
 class StopRule:
-    max_new_tokens: int = 384
+    """When a row stops generating."""
+
+    max_new_tokens: int = 384  #: hard cap on generated tokens
     eos: bool = True  #: stop at EOS or an end-of-turn token
     fence: bool = True  #: stop at the ``` that closes the program's code block
     open_fence: bool = False  #: the prompt already opened the block, so the first ``` closes it
-    strings: tuple[str, ...] = ()
+    strings: tuple[str, ...] = ()  #: custom stop strings (the text is cut after the first one found)
 
 
 @dataclass
@@ -126,15 +160,51 @@ def _is_oom(e: BaseException) -> bool:
     return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(e).lower()
 
 
-class Runtime:
-    """A loaded model: the bridge, its tokenizer, the plain twin, and what was loaded (`info`)."""
+def remote_code(folder: Path) -> str | None:
+    """The class a folder's `auto_map` asks to run from its own files when transformers has no native one."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    def __init__(self, bridge: Any, tokenizer: Any, info: ModelInfo, plain: Any | None) -> None:
-        self.bridge = bridge
+    try:
+        raw = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{folder}: cannot read the model config ({e})") from None
+    ref = (raw.get("auto_map") or {}).get("AutoModelForCausalLM") if isinstance(raw, dict) else None
+    if not ref or raw.get("model_type") in CONFIG_MAPPING_NAMES:
+        return None  # transformers has the class itself: it never runs the folder's code
+    return ref if isinstance(ref, str) else str(ref[0])
+
+
+def _quantization_config(quantize: str | None, dtype: Any) -> Any:
+    if quantize is None:
+        return None
+    if quantize not in QUANTIZE:
+        raise ModelError(f"unknown quantization {quantize!r}: use 8bit or 4bit")
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ModelError(f"{quantize} loading needs bitsandbytes: `pip install bitsandbytes` (a CUDA GPU for most kernels)")
+    from transformers import BitsAndBytesConfig
+
+    if quantize == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
+
+
+class Runtime:
+    """A loaded model: the Hugging Face model, its tokenizer, its residual hook points, and `info`."""
+
+    def __init__(self, model: Any, tokenizer: Any, info: ModelInfo, sites: ResidualSites, bridge: Any | None = None,
+                 bridge_factory: Callable[[], Any] | None = None) -> None:
+        self.model = model
         self.tokenizer = tokenizer
         self.info = info
-        self.plain = plain
+        self.sites = sites
         self.device = info.device
+        self._bridge = bridge
+        self._bridge_factory = bridge_factory
+        self._force_bridge = info.compat
+        params = inspect.signature(model.forward).parameters
+        self._logits_to_keep = "logits_to_keep" in params
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
             self.pad_id = 0
@@ -147,7 +217,8 @@ class Runtime:
 
     @classmethod
     def load(cls, model: str, device: str | None = None, dtype: str | None = None, compat: bool = False,
-             plain_path: bool = True, plain_attention: str = "sdpa") -> "Runtime":
+             attention: str | None = None, trust_remote_code: bool = False, device_map: str | dict | None = None,
+             quantize: str | None = None) -> "Runtime":
         """Boot `model` (registry name, local HF folder, or a hub name in the local cache)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub at run time
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -164,79 +235,154 @@ class Runtime:
                                  f"at run time; download it first or pass a local folder ({type(e).__name__})") from None
         assert folder is not None
         device = device or _default_device()
-        torch_dtype = _dtype(dtype, device)
-        return cls.from_folder(folder, name=model, source=kind, device=device, dtype=torch_dtype, compat=compat,
-                               plain_path=plain_path, plain_attention=plain_attention)
+        return cls.from_folder(folder, name=model, source=kind, device=device, dtype=_dtype(dtype, device), compat=compat,
+                               attention=attention, trust_remote_code=trust_remote_code, device_map=device_map,
+                               quantize=quantize)
 
     @classmethod
     def from_folder(cls, folder: Path, name: str | None = None, source: str = "folder", device: str = "cpu",
-                    dtype: Any = None, compat: bool = False, plain_path: bool = True,
-                    plain_attention: str = "sdpa") -> "Runtime":
+                    dtype: Any = None, compat: bool = False, attention: str | None = None,
+                    trust_remote_code: bool = False, device_map: str | dict | None = None,
+                    quantize: str | None = None) -> "Runtime":
+        """Load a Hugging Face folder. `attention=None` takes the fastest kernel the architecture has (sdpa,
+        else eager); `device_map` "auto" spreads the blocks over the visible GPUs (default: all on `device`);
+        `quantize` 8bit/4bit loads bitsandbytes weights; `trust_remote_code` lets a folder's own modeling
+        code run (never implied)."""
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         dtype = dtype or torch.float32
         folder = Path(folder)
+        label = name or str(folder)
+        ref = remote_code(folder)
+        if ref and not trust_remote_code:
+            raise ModelError(f"{label} needs its own modeling code ({ref}, from the model folder) and code is run only "
+                             "when asked: pass --trust-remote-code if you trust it")
         try:
-            config = AutoConfig.from_pretrained(folder)
+            config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
         except Exception as e:  # noqa: BLE001
-            raise ModelError(f"{folder}: cannot read the model config ({e})") from None
+            raise ModelError(f"{label}: cannot read the model config ({e})") from None
         arch = (getattr(config, "architectures", None) or [type(config).__name__])[0]
-        from transformer_lens.model_bridge import TransformerBridge
-
+        if compat:
+            attention = "eager"  # the bridge forces eager; compat runs everything through it
+        quant = _quantization_config(quantize, dtype)
+        placement = device_map if device_map is not None else {"": device}
+        kwargs: dict[str, Any] = {"dtype": dtype, "device_map": placement, "trust_remote_code": trust_remote_code}
+        if attention is not None:
+            kwargs["attn_implementation"] = attention
+        if quant is not None:
+            kwargs["quantization_config"] = quant
         try:
-            tokenizer = AutoTokenizer.from_pretrained(folder)
-            use_plain = plain_path and not compat
-            hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype,
-                                                      attn_implementation=plain_attention if use_plain else "eager")
-            hf.to(device)
-            hf.eval()
-            if use_plain:
-                # the twin shares every parameter and buffer tensor with `hf` (its config is its own);
-                # the bridge rewires the twin and runs it with eager attention
-                memo: dict[int, Any] = {id(p): p for p in hf.parameters()}
-                memo.update({id(b): b for b in hf.buffers()})
-                twin = copy.deepcopy(hf, memo)
-                twin.set_attn_implementation("eager")
-            else:
-                twin = hf
-            bridge = TransformerBridge.boot_transformers(str(folder), hf_model=twin, tokenizer=tokenizer,
-                                                         device=device, dtype=dtype)
-            if compat:
-                bridge.enable_compatibility_mode(disable_warnings=True)
-        except ModelError:
-            raise
+            tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+            hf = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         except Exception as e:  # noqa: BLE001
             if _is_oom(e):
-                raise ModelError(f"out of memory loading {name or folder} on {device} as {dtype}: try --dtype bfloat16, "
-                                 "a smaller model, or another device") from None
-            if isinstance(e, (ValueError, NotImplementedError, KeyError)) and "architecture" in str(e).lower():
-                raise ModelError(f"architecture {arch} is not supported by TransformerBridge: {e}") from None
-            raise
-        bridge.eval()
+                raise ModelError(f"out of memory loading {label} on {device} as {dtype}: try --dtype bfloat16, "
+                                 "--device-map auto, --quantize 8bit, a smaller model, or another device") from None
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise ModelError(f"cannot load {label} ({arch}): {type(e).__name__}: {first}") from e
+        hf.eval()
+        used = getattr(hf.config, "_attn_implementation", None) or "eager"
+        note = ""
+        if attention is None and used != "sdpa":
+            import transformers
+
+            note = f"{arch} has no sdpa kernel (transformers {transformers.__version__}); runs {used}"
+        try:
+            sites = ResidualSites(hf)
+        except SiteError as e:
+            raise ModelError(f"{label} ({arch}): {e}") from None
+        embed = hf.get_input_embeddings()
+        in_device = str(embed.weight.device) if embed is not None else str(device)
+        d_model = int(embed.embedding_dim) if embed is not None else int(config.hidden_size)
+        dev_map = {str(k): str(v) for k, v in (getattr(hf, "hf_device_map", None) or {"": in_device}).items()}
         info = ModelInfo(
             name=name or folder.name, source=source, path=str(folder), weights_digest=weights_digest(folder),
-            architecture=arch, dtype=str(dtype).replace("torch.", ""), device=str(device), compat=compat,
-            n_layers=int(bridge.cfg.n_layers), d_model=int(bridge.cfg.d_model),
-            chat=bool(getattr(tokenizer, "chat_template", None)), plain_attention=plain_attention if use_plain else "none",
+            architecture=arch, dtype=str(dtype).replace("torch.", ""), device=in_device, compat=compat,
+            n_layers=sites.n_layers, d_model=d_model, chat=bool(getattr(tokenizer, "chat_template", None)),
+            attention=used, attention_note=note, hooks="bridge" if compat else "forward", device_map=dev_map,
+            quantization=quantize or "none", trust_remote_code=trust_remote_code,
         )
-        return cls(bridge, tokenizer, info, hf if use_plain else None)
 
-    # ------------------------------------------------------------------ forward passes
+        def boot(twin_of: Any = hf) -> Any:
+            from transformer_lens.model_bridge import TransformerBridge
 
-    def hook_names(self, layers: Sequence[int] | None = None) -> list[str]:
-        """resid_pre of each block then the final resid_post: n_layers + 1 residual-stream sites."""
+            if compat:
+                twin = twin_of
+            else:
+                # the twin shares every parameter and buffer tensor with `hf` (its config is its own);
+                # the bridge rewires the twin's modules and runs them with eager attention
+                memo: dict[int, Any] = {id(p): p for p in twin_of.parameters()}
+                memo.update({id(b): b for b in twin_of.buffers()})
+                twin = copy.deepcopy(twin_of, memo)
+                twin.set_attn_implementation("eager")
+            try:
+                # booted lazily, possibly inside a generate call: never make its tensors inference-only
+                with torch.inference_mode(False):
+                    bridge = TransformerBridge.boot_transformers(str(folder), hf_model=twin, tokenizer=tokenizer,
+                                                                 device=in_device, dtype=dtype)
+            except Exception as e:  # noqa: BLE001
+                raise ModelError(f"TransformerBridge cannot adapt {arch} ({type(e).__name__}: {e}); on this model only "
+                                 f"residual-stream hooks run (blocks.L.hook_resid_pre/post, {FINAL_NORM_SITE})") from None
+            if compat:
+                bridge.enable_compatibility_mode(disable_warnings=True)
+            bridge.eval()
+            return bridge
+
+        bridge = boot() if compat else None
+        return cls(hf, tokenizer, info, sites, bridge=bridge, bridge_factory=None if compat else boot)
+
+    @property
+    def bridge(self) -> Any:
+        """The TransformerBridge over the same weights, booted on first use (ModelError when it has no adapter)."""
+        if self._bridge is None:
+            if self._bridge_factory is None:
+                raise ModelError(f"{self.info.name}: no TransformerBridge was booted for this runtime")
+            self._bridge = self._bridge_factory()
+        return self._bridge
+
+    @contextlib.contextmanager
+    def via_bridge(self) -> Iterator[None]:
+        """Run every call inside the block through the bridge (eager attention): a reference to test against."""
+        before = self._force_bridge
+        self.bridge  # noqa: B018 - boot it now, so an unsupported architecture fails here
+        self._force_bridge = True
+        try:
+            yield
+        finally:
+            self._force_bridge = before
+
+    # ------------------------------------------------------------------ hook points
+
+    def hook_names(self, layers: Sequence[int] | None = None, final: str = "pre-norm") -> list[str]:
+        """Residual-stream sites: resid_pre of block L for L < n_layers; L = n_layers is the final site,
+        the last block's resid_post (before the final norm) or, with final="post-norm", `ln_final.hook_out`."""
+        if final not in FINAL_SITES:
+            raise ValueError(f"final site must be one of {FINAL_SITES}, not {final!r}")
         n = self.info.n_layers
         layers = range(n + 1) if layers is None else layers
         names = []
         for layer in layers:
             if not 0 <= layer <= n:
                 raise ValueError(f"layer {layer} out of range 0..{n}")
-            names.append(f"blocks.{layer}.hook_resid_pre" if layer < n else f"blocks.{n - 1}.hook_resid_post")
+            if layer < n:
+                names.append(f"blocks.{layer}.hook_resid_pre")
+            elif final == "post-norm":
+                if self.sites.norm is None:
+                    raise ModelError(f"{self.info.name}: no final norm found next to the decoder blocks; "
+                                     "only the pre-norm final site is available")
+                names.append(FINAL_NORM_SITE)
+            else:
+                names.append(f"blocks.{n - 1}.hook_resid_post")
         return names
 
     def canonical_hooks(self, names: Sequence[str]) -> dict[str, list[str]]:
         """Group hook names by the hook point they resolve to (aliases share one), keyed by canonical name."""
+        out: dict[str, list[str]] = {}
+        if self.sites.serves(names):
+            for name in names:
+                out.setdefault(self.sites.canonical(name), []).append(name)
+            return out
         by_point: dict[int, list[str]] = {}
         canon: dict[int, str] = {}
         hook_dict = self.bridge.hook_dict
@@ -248,17 +394,44 @@ class Runtime:
             canon.setdefault(id(point), getattr(point, "name", None) or name)
         return {canon[k]: v for k, v in by_point.items()}
 
-    def _forward(self, ids: Any, mask: Any, cache: Any, hooked: bool) -> tuple[Any, Any]:
+    def _path(self, hooks: Hooks) -> str:
+        """'hf' (forward hooks on the model's own blocks) or 'bridge': one per call, prefill and decode alike."""
+        if self._force_bridge or not self.sites.serves([name for name, _ in hooks]):
+            return "bridge"
+        return "hf"
+
+    def _attached(self, hooks: Hooks, path: str) -> Any:
+        if not hooks:
+            return contextlib.nullcontext()
+        if path == "bridge":
+            return self.bridge.hooks(fwd_hooks=list(hooks))
+        return self.sites.attached(hooks)
+
+    # ------------------------------------------------------------------ forward passes
+
+    def _forward(self, ids: Any, mask: Any, cache: Any, path: str) -> tuple[Any, Any]:
         pos = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1]:]
-        if hooked or self.plain is None:
+        if path == "bridge":
             logits, cache = self.bridge(ids, return_type="logits_and_cache", attention_mask=mask, past_key_values=cache,
                                         use_cache=True, position_ids=pos, logits_to_keep=1)
             return logits[:, -1, :], cache
-        out = self.plain(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, position_ids=pos,
-                         logits_to_keep=1)
-        return out.logits[:, -1, :], out.past_key_values
+        extra = {"logits_to_keep": 1} if self._logits_to_keep else {}
+        out = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, position_ids=pos, **extra)
+        cache = out.past_key_values
+        if not hasattr(cache, "batch_select_indices"):
+            raise ModelError(f"{self.info.name} returned a legacy KV cache ({type(cache).__name__}); the runtime needs a "
+                             "transformers Cache (a checkpoint in a native transformers format)")
+        return out.logits[:, -1, :], cache
 
-    def pad(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, Any, list[int]]:
+    @staticmethod
+    def _new_cache() -> Any:
+        # a full cache on every layer: sliding-window layers are masked by position instead of being
+        # truncated, which continue_batch needs to shift a row's cache (see the module docstring)
+        from transformers import DynamicCache
+
+        return DynamicCache()
+
+    def pad(self, prompts: Sequence[Sequence[int]]) -> tuple[Int[torch.Tensor, "batch seq"], Int[torch.Tensor, "batch seq"], list[int]]:
         """Left-pad token lists: ids [b, T], mask [b, T], and each row's offset."""
         import torch
 
@@ -277,20 +450,18 @@ class Runtime:
     # ------------------------------------------------------------------ generation
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sequence[Sampling], stop: StopRule = StopRule(),
-                 hooks: Sequence[tuple[str, Callable[..., Any]]] = (),
-                 on_token: Callable[[int], None] | None = None) -> list[Generation]:
-        """Generate one continuation per prompt row; `sampling[i]` decides row i's tokens."""
+                 hooks: Hooks = (), on_token: Callable[[int], None] | None = None) -> list[Generation]:
+        """Generate one continuation per prompt row; `sampling[i]` decides row i's tokens; `hooks` run at every step."""
         import torch
 
         if len(prompts) != len(sampling):
             raise ValueError("one Sampling per prompt")
         ids, mask, _ = self.pad(prompts)
-        hooked = bool(hooks)
-        ctx = self.bridge.hooks(fwd_hooks=list(hooks)) if hooked else contextlib.nullcontext()
+        path = self._path(hooks)
         try:
-            with torch.inference_mode(), ctx:
-                logits, cache = self._forward(ids, mask, None, hooked)
-                return self._decode(logits, cache, mask, sampling, stop, hooked, on_token)
+            with torch.inference_mode(), self._attached(hooks, path):
+                logits, cache = self._forward(ids, mask, self._new_cache(), path)
+                return self._decode(logits, cache, mask, sampling, stop, path, on_token)
         except Exception as e:  # noqa: BLE001
             if _is_oom(e):
                 raise ModelError(f"out of memory generating a batch of {len(prompts)} on {self.device}: "
@@ -298,42 +469,53 @@ class Runtime:
             raise
 
     def continue_batch(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], sampling: Sequence[Sampling],
-                       stop: StopRule = StopRule(), hooks: Sequence[tuple[str, Callable[..., Any]]] = (),
-                       prefill_hooks: Sequence[tuple[str, Callable[..., Any]]] = ()) -> list[Generation]:
+                       stop: StopRule = StopRule(), hooks: Hooks = (), prefill_hooks: Hooks = ()) -> list[Generation]:
         """Continue `prefix + suffixes[i]` for every row, computing the shared prefix once.
 
-        The prefix is run once (batch 1); its KV cache is repeated for every row; the suffixes (each
-        at least one token) are left-padded into one block after it, with the padding masked out and
-        position ids counted over real tokens only, so row i sees exactly prefix + suffixes[i].
-        `prefill_hooks` are active while the suffix block is processed (activation patching at the
-        cut); `hooks` during every decoding step (steering)."""
+        Row i generates exactly what `generate([prefix + suffixes[i]])` would (tested on every
+        architecture, sliding windows included). `hooks` run at every step (steering), on the prefix
+        too; `prefill_hooks` run while the suffixes are processed (activation patching at the cut).
+        Their tensor is [rows, S, d_model] with row i's suffix in its last len(suffixes[i]) positions;
+        what a prefill hook writes anywhere else is discarded."""
         import torch
 
         if len(suffixes) != len(sampling):
             raise ValueError("one Sampling per suffix")
         if not prefix or any(len(x) == 0 for x in suffixes):
             raise ValueError("the prefix and every suffix need at least one token")
-        b = len(suffixes)
-        hooked = bool(hooks) or bool(prefill_hooks)
-        pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
-        pre_mask = torch.ones_like(pre_ids)
-        sfx_ids, sfx_mask, _ = self.pad(suffixes)
+        b, n_pre = len(suffixes), len(prefix)
+        width = max(len(s) for s in suffixes)
+        shift = [width - len(s) for s in suffixes]  # row i's padding, all of it on the left
+        path = self._path(list(hooks) + list(prefill_hooks))
+        dev = self.device
+        rows = []
+        for s, p in zip(suffixes, shift):
+            full = list(prefix) + list(s)
+            rows.append([self.pad_id] * max(p - n_pre, 0) + full[max(n_pre - p, 0):])
+        block = torch.tensor(rows, dtype=torch.long, device=dev)
+        mask = torch.ones((b, n_pre + width), dtype=torch.long, device=dev)
+        for i, p in enumerate(shift):
+            mask[i, :p] = 0
+        in_suffix = torch.zeros((b, width), dtype=torch.bool)
+        for i, s in enumerate(suffixes):
+            in_suffix[i, width - len(s):] = True
+        patch = [(name, _only_where(fn, in_suffix)) for name, fn in prefill_hooks] if any(shift) else list(prefill_hooks)
         try:
             with torch.inference_mode():
-                with (self.bridge.hooks(fwd_hooks=list(hooks)) if hooks else contextlib.nullcontext()):
-                    _, cache = self._forward(pre_ids, pre_mask, None, hooked)
-                cache.batch_repeat_interleave(b)
-                mask = torch.cat([pre_mask.expand(b, -1), sfx_mask], dim=1)
-                with (self.bridge.hooks(fwd_hooks=list(hooks) + list(prefill_hooks)) if hooked else contextlib.nullcontext()):
-                    logits, cache = self._forward(sfx_ids, mask, cache, hooked)
-                with (self.bridge.hooks(fwd_hooks=list(hooks)) if hooks else contextlib.nullcontext()):
-                    return self._decode(logits, cache, mask, sampling, stop, bool(hooks) or (hooked and self.plain is None))
+                pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=dev)
+                with self._attached(hooks, path):
+                    _, cache = self._forward(pre_ids, torch.ones_like(pre_ids), self._new_cache(), path)
+                _shift_rows(cache, shift)
+                with self._attached(list(hooks) + patch, path):
+                    logits, cache = self._forward(block, mask, cache, path)
+                with self._attached(hooks, path):
+                    return self._decode(logits, cache, mask, sampling, stop, path)
         except Exception as e:  # noqa: BLE001
             if _is_oom(e):
                 raise ModelError(f"out of memory continuing {b} rows on {self.device}: use fewer continuations") from None
             raise
 
-    def _decode(self, logits: Any, cache: Any, mask: Any, sampling: Sequence[Sampling], stop: StopRule, hooked: bool,
+    def _decode(self, logits: Any, cache: Any, mask: Any, sampling: Sequence[Sampling], stop: StopRule, path: str,
                 on_token: Callable[[int], None] | None = None) -> list[Generation]:
         import torch
 
@@ -363,7 +545,7 @@ class Runtime:
                 active = [active[j] for j in keep]
             nxt = torch.tensor([[gens[row].tokens[-1]] for row in active], dtype=torch.long, device=mask.device)
             mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=mask.device)], dim=1)
-            logits, cache = self._forward(nxt, mask, cache, hooked)
+            logits, cache = self._forward(nxt, mask, cache, path)
         return gens
 
     @staticmethod
@@ -405,12 +587,13 @@ class Runtime:
     # ------------------------------------------------------------------ capture
 
     def capture(self, prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
-                layers: Sequence[int] | None = None) -> Any:
-        """Residual stream at `positions` (per prompt, indices into its own tokens) for every layer.
+                layers: Sequence[int] | None = None, final: str = "pre-norm") -> Float[torch.Tensor, "batch site pos d_model"]:
+        """Residual stream at `positions` (per prompt, indices into its own tokens) at every site of `hook_names`.
 
-        Returns a float32 tensor [batch, n_sites, n_positions, d_model] where the sites are resid_pre of
-        each block and the final resid_post. Hooks slice the positions out as the forward pass runs,
-        so only [batch, positions, d_model] per site is ever kept.
+        Returns float32 [batch, n_sites, n_positions, d_model]: resid_pre of each block in `layers`, and for
+        layer n_layers the final site (`final`: pre-norm, the last block's output; post-norm, the final
+        norm's output). Hooks slice the positions out as the forward pass runs, so only
+        [batch, positions, d_model] per site is ever kept.
         """
         import torch
 
@@ -420,22 +603,26 @@ class Runtime:
         n_pos = {len(p) for p in positions}
         if len(n_pos) != 1:
             raise ValueError("every prompt needs the same number of positions")
-        index = torch.tensor([[off + p for p in pos] for off, pos in zip(offsets, positions)], dtype=torch.long)
-        for (off, pos), prompt in zip(zip(offsets, positions), prompts):
+        for pos, prompt in zip(positions, prompts):
             if any(not 0 <= p < len(prompt) for p in pos):
                 raise ValueError(f"position out of range 0..{len(prompt) - 1}: {list(pos)}")
-        names = self.hook_names(layers)
+        index = torch.tensor([[off + p for p in pos] for off, pos in zip(offsets, positions)], dtype=torch.long)
+        names = self.hook_names(layers, final)
         grouped = self.canonical_hooks(names)
         cap = PositionCapture(index.to(ids.device), len(names))
         site_of = {n: i for i, n in enumerate(names)}
-        fwd_hooks = []
-        for canon, aliases in grouped.items():
-            fwd_hooks.append((canon, cap.hook([site_of[a] for a in aliases])))
+        fwd_hooks = [(canon, cap.hook([site_of[a] for a in aliases])) for canon, aliases in grouped.items()]
         pos_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        path = self._path(fwd_hooks)
         try:
             with torch.inference_mode():
-                self.bridge.run_with_hooks(ids, fwd_hooks=fwd_hooks, attention_mask=mask, position_ids=pos_ids,
-                                           return_type=None, logits_to_keep=1)
+                if path == "bridge":
+                    self.bridge.run_with_hooks(ids, fwd_hooks=fwd_hooks, attention_mask=mask, position_ids=pos_ids,
+                                               return_type=None, logits_to_keep=1)
+                else:
+                    extra = {"logits_to_keep": 1} if self._logits_to_keep else {}
+                    with self.sites.attached(fwd_hooks):
+                        self.model(input_ids=ids, attention_mask=mask, position_ids=pos_ids, use_cache=False, **extra)
         except Exception as e:  # noqa: BLE001
             if _is_oom(e):
                 raise ModelError(f"out of memory capturing a batch of {len(prompts)}: lower --batch-size") from None
@@ -443,9 +630,53 @@ class Runtime:
         return cap.result()
 
 
+def _only_where(fn: Callable[..., Any], where: Any) -> Callable[..., Any]:
+    """Wrap a prefill hook so that it changes only the positions where `where` ([rows, S]) is True."""
+
+    def hook(act: Any, hook: Any = None) -> Any:
+        import torch
+
+        if act.dim() < 2 or tuple(act.shape[:2]) != tuple(where.shape):
+            return fn(act, hook=hook)  # not a [rows, S, ...] tensor: nothing to restrict by position
+        before = act.clone()
+        out = fn(act, hook=hook)
+        out = act if out is None else out
+        keep = where.to(out.device).reshape(tuple(where.shape) + (1,) * (out.dim() - 2))
+        return torch.where(keep, out, before)
+
+    return hook
+
+
+def _shift_rows(cache: Any, shift: Sequence[int]) -> None:
+    """Repeat a batch-1 prefix cache for len(shift) rows, row i moved right by shift[i] slots (zeros on the left)."""
+    b = len(shift)
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        if any(shift):
+            raise ModelError(f"cannot lay out suffixes of different lengths in a {type(cache).__name__}")
+        cache.batch_repeat_interleave(b)
+        return
+    for layer in layers:
+        if "Sliding" in type(layer).__name__:
+            raise ModelError("a sliding-window cache layer cannot be shifted; the runtime passes a full DynamicCache")
+        if getattr(layer, "keys", None) is None or not getattr(layer, "is_initialized", True):
+            continue
+        for attr in ("keys", "values"):
+            t = getattr(layer, attr)  # [1, heads, prefix, head_dim]
+            n = t.shape[-2]
+            out = t.new_zeros((b, *t.shape[1:]))
+            for i, p in enumerate(shift):
+                if p < n:
+                    out[i, :, p:, :] = t[0, :, : n - p, :]
+            setattr(layer, attr, out)
+
+
 def describe(rt: Runtime) -> str:
     i = rt.info
-    return f"{i.name} ({i.architecture}, {i.n_layers} layers, d_model {i.d_model}, {i.dtype} on {i.device}{', compat' if i.compat else ''})"
+    extra = "".join([f", {i.attention}", ", compat" if i.compat else "",
+                     f", {i.quantization}" if i.quantization != "none" else "",
+                     ", split over " + ",".join(sorted(set(i.device_map.values()))) if len(set(i.device_map.values())) > 1 else ""])
+    return f"{i.name} ({i.architecture}, {i.n_layers} layers, d_model {i.d_model}, {i.dtype} on {i.device}{extra})"
 
 
-__all__ = ["Generation", "ModelInfo", "Runtime", "Sampling", "StopRule", "describe"]
+__all__ = ["FINAL_SITES", "Generation", "ModelInfo", "Runtime", "Sampling", "StopRule", "describe", "remote_code"]

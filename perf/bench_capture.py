@@ -4,9 +4,10 @@
 
 All variants run on the same left-padded batch (the first `--batch` translation prompts, few-shot
 protocol, ~800-900 tokens each):
-- `forward`: the bridge's forward pass, no hooks (logits of the last position only);
+- `forward`: the model's forward pass, no hooks (logits of the last position only), the pass capture hooks into;
 - `capture`: `Runtime.capture`, resid_pre of every block + final resid_post at 3 positions;
-- `run_with_cache`: the bridge's `run_with_cache` over the same residual hooks, every position kept.
+- `run_with_cache`: the bridge's `run_with_cache` over the same residual hooks, every position kept
+  (eager attention, which the bridge forces, so its peak also holds the [heads, seq, seq] scores).
 
 The measure is the peak of live tensor memory allocated during the call. On a CPU it comes from
 torch's `MemTracker` (it follows every tensor the call allocates and frees, so it is deterministic;
@@ -57,7 +58,7 @@ def main() -> None:
         return int(sum(stats.get("Total", 0) for stats in snap.values()))
 
     variants = {
-        "forward": lambda: rt.bridge(ids, attention_mask=mask, logits_to_keep=1),
+        "forward": lambda: rt.model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1),
         "capture": lambda: rt.capture(prompts, positions),
         "run_with_cache": lambda: rt.bridge.run_with_cache(ids, attention_mask=mask, names_filter=lambda n: n in names,
                                                            logits_to_keep=1),

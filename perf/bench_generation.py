@@ -5,8 +5,13 @@
 For b = 1 and b = 8 (the first b translation prompts, few-shot protocol, left padded), every contender
 generates exactly `--tokens` new tokens greedily (no early stop):
 - `hf`: `AutoModelForCausalLM.generate` on a separately loaded plain model (its default attention);
-- `runtime`: `Runtime.generate` with no hooks (the plain path that shares the bridge's weights);
-- `runtime+hook`: the same with one no-op hook attached, which routes every step through the bridge;
+- `runtime`: `Runtime.generate` with no hooks;
+- `runtime+steer`: the same with one steering hook (`hooks.steer.add_direction` at the middle block's
+  resid_pre, every position of every step), on the forward-hook path the stages use;
+- `runtime+patch`: the same with one patching hook (writes donor activations over the prompt's last
+  three positions at the middle block, at the prefill; a pass-through at later steps);
+- `steer via bridge`: the steering hook through the TransformerBridge (`Runtime.via_bridge`), the path
+  every hooked call took before issue 15;
 - `bridge.generate`: TransformerBridge's own generate loop.
 Rounds alternate between contenders so machine noise hits all of them; the table reports the median
 tokens/s (new tokens x batch / wall time) and each contender's ratio to `hf`.
@@ -33,13 +38,17 @@ def main() -> None:
     from interp.prompts import Protocol, build, translation_items
     from interp.runtime import Runtime, Sampling, StopRule
 
+    import numpy as np
+
+    from hooks.steer import add_direction
+
     torch.manual_seed(0)
     rt = Runtime.load(args.model, device="cpu")
     hf = AutoModelForCausalLM.from_pretrained(rt.info.path, dtype=torch.float32).eval()
     proto = Protocol("few-shot", 1) if rt.info.chat else Protocol("completion", 1)
     items = translation_items()
     print(f"model {rt.info.name}, {torch.get_num_threads()} threads, {args.tokens} new tokens, median of {args.repeats}")
-    print(f"{'b':>3} {'contender':<15} {'tok/s':>8} {'vs hf':>7}")
+    print(f"{'b':>3} {'contender':<17} {'tok/s':>8} {'vs hf':>7}")
     for b in [int(x) for x in args.batches.split(",")]:
         built = [build(it, proto, rt.tokenizer) for it in items[:b]]
         prompts = [p.tokens for p in built]
@@ -56,17 +65,35 @@ def main() -> None:
             g = rt.generate(prompts, [Sampling()] * b, rule)
             assert all(len(x.tokens) == args.tokens for x in g)
 
-        def run_hooked() -> None:
-            rt.generate(prompts, [Sampling()] * b, rule, hooks=[("blocks.0.hook_resid_pre", lambda a, hook: a)])
+        site = f"blocks.{rt.info.n_layers // 2}.hook_resid_pre"
+        steer = [(site, add_direction(np.full(rt.info.d_model, 0.01, dtype=np.float32)))]
+        donor = torch.zeros(3, rt.info.d_model)
+
+        def put(act, hook=None):
+            if act.shape[1] > 1:  # the prefill: the prompt's last three positions
+                act[:, -3:, :] = donor.to(act.dtype)
+            return act
+
+        def run_steer() -> None:
+            rt.generate(prompts, [Sampling()] * b, rule, hooks=steer)
+
+        def run_patch() -> None:
+            rt.generate(prompts, [Sampling()] * b, rule, hooks=[(site, put)])
+
+        def run_steer_bridge() -> None:
+            with rt.via_bridge():
+                rt.generate(prompts, [Sampling()] * b, rule, hooks=steer)
 
         def run_bridge() -> None:
             with torch.inference_mode():
                 rt.bridge.generate(ids, attention_mask=mask, max_new_tokens=args.tokens, stop_at_eos=False, do_sample=False,
                                    verbose=False, return_type="tokens")
 
-        contenders = {"hf": run_hf, "runtime": run_rt, "runtime+hook": run_hooked, "bridge.generate": run_bridge}
+        contenders = {"hf": run_hf, "runtime": run_rt, "runtime+steer": run_steer, "runtime+patch": run_patch,
+                      "steer via bridge": run_steer_bridge, "bridge.generate": run_bridge}
         times: dict[str, list[float]] = {k: [] for k in contenders}
-        run_rt()  # warm-up
+        run_rt()  # warm-up (and boots the bridge, outside the timings)
+        run_steer_bridge()
         for _ in range(args.repeats):
             for name, fn in contenders.items():
                 t = time.perf_counter()
@@ -75,7 +102,7 @@ def main() -> None:
         base = b * args.tokens / statistics.median(times["hf"])
         for name in contenders:
             tps = b * args.tokens / statistics.median(times[name])
-            print(f"{b:>3} {name:<15} {tps:8.1f} {tps / base:6.2f}x")
+            print(f"{b:>3} {name:<17} {tps:8.1f} {tps / base:6.2f}x")
 
 
 if __name__ == "__main__":

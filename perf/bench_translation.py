@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=13_920)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
-    from experiments.translation import score_attempts
+    from experiments.stages.translation import score_attempts
 
     refs = load_references("sampled")
     rng = random.Random(0)

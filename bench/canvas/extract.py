@@ -1,6 +1,10 @@
 """Turn model text into the program to run: fenced blocks, prose around code, trailing junk.
 
-`extract_code` works on text only and never executes anything. `normalise` works on the parsed
+`extract_code` works on text only and never executes anything. It never drops a line of the model's
+program silently: a fenced block is taken from its first non-blank line (a docstring or a decorator
+stays, and the policy refuses what it must with a reason), and in unfenced text a decorator line reads
+as code. Only prose around the program is dropped: before the first statement of unfenced text, and
+trailing lines that do not read as code. `normalise` works on the parsed
 tree: it unwraps `if __name__ == "__main__":` (a dunder the policy would refuse) and calls drawing
 functions the model defined but never called (`def draw(): ...` with no `draw()`), passing None for
 required parameters.
@@ -16,6 +20,7 @@ _CODE_LANGS = {"", "python", "py", "python3", "py3"}
 _CODE_LINE = re.compile(
     r"^(\s+\S"  # indented: inside a block
     r"|\s*(\#|[)\]}])"  # comment or closing bracket
+    r"|\s*@[A-Za-z_]"  # a decorator: part of the program (the policy refuses it with a reason)
     r"|\s*(def|for|while|if|elif|else|return|import|from|pass|break|continue|with|try|except|finally|class|lambda|assert|global|nonlocal|del|raise|async|await|match|case|yield)\b"
     r"|\s*[A-Za-z_][\w.]*\s*(\(|\[|=(?!=)|[-+*/%]=)"  # call, subscript, assignment
     r"|\s*[A-Za-z_]\w*\s*(,\s*[A-Za-z_]\w*\s*)+=(?!=))"  # tuple assignment
@@ -54,7 +59,10 @@ def extract_code(text: str) -> str | None:
     else:
         candidate = text
     lines = candidate.replace("\r\n", "\n").split("\n")
-    start = next((i for i, ln in enumerate(lines) if looks_like_code(ln) and not ln[:1].isspace()), None)
+    if blocks:  # a fenced block is the program as the model wrote it: no leading line is dropped
+        start = next((i for i, ln in enumerate(lines) if ln.strip()), None)
+    else:  # prose before the code: start at the first line that reads as a statement
+        start = next((i for i, ln in enumerate(lines) if looks_like_code(ln) and not ln[:1].isspace()), None)
     if start is None:
         return None
     lines = lines[start:]

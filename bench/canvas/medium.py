@@ -8,6 +8,10 @@ variants built from parameters, never forks of the v1 code paths:
 - `OUTLINE` adds `rect_outline`, `circle_outline` and `poly_outline` to the v1 vocabulary.
 At `resolution == grid` the exact rasterisers of `bench.canvas.raster` paint; otherwise each shape is
 sampled at pixel centres.
+
+Each `Primitive` states its own facts once (its parameters, which of them are (row, column) positions,
+which is a radius); the coordinate splice, the null baseline and the sandbox's geometry bound read them,
+so adding a primitive to a vocabulary is an edit of this file only.
 """
 
 from __future__ import annotations
@@ -35,14 +39,51 @@ class BudgetExceeded(RuntimeError):
 
 @dataclass(frozen=True)
 class Primitive:
-    """One drawing call of a vocabulary: its numeric parameters, its raster and its continuous shape."""
+    """One drawing call of a vocabulary: its numeric parameters, its raster and its continuous shape.
+
+    It also declares, once, which of its numbers are places on the canvas: the coordinate splice
+    (`bench.intervene.splice`) rewrites exactly those literals and the null baseline
+    (`bench.translation.baseline`) moves exactly those values, so a new primitive needs no edit there.
+    """
 
     name: str
-    params: tuple[str, ...]
-    mask: Callable[..., np.ndarray]
-    shape: Callable[..., BaseGeometry]
+    params: tuple[str, ...]  #: names of the numeric parameters, in call order (the colour follows them)
+    mask: Callable[..., np.ndarray]  #: (*params, n) -> (n, n) bool raster at resolution == grid
+    shape: Callable[..., BaseGeometry]  #: (*params, grid) -> continuous shape in cell units
+    #: the call takes one list of (r, c) points instead of `params`; every point is a position
     takes_points: bool = False
-    doc: str = ""
+    #: (row index, column index) pairs into `params` that are canvas positions: a move by (dr, dc) adds
+    #: dr to each row and dc to each column; sizes and radii are not positions. Empty for point primitives
+    #: (their points are the positions) and for `fill`, which has no place.
+    positions: tuple[tuple[int, int], ...] = ()
+    #: index into `params` of a radius, bounded by `raster.MAX_RADIUS` (so one call cannot ask for a disc of
+    #: 10^7 cells); None when the primitive has none
+    radius: int | None = None
+    doc: str = ""  #: the call's signature and meaning, shown to programs as the function's docstring
+
+    def __post_init__(self) -> None:
+        n = len(self.params)
+        flat = [i for pair in self.positions for i in pair]
+        if self.takes_points and (self.positions or self.params):
+            raise ValueError(f"primitive {self.name}: a point primitive declares neither params nor positions")
+        if any(not 0 <= i < n for i in flat) or len(set(flat)) != len(flat):
+            raise ValueError(f"primitive {self.name}: positions {self.positions} must be distinct indices into {self.params}")
+        if self.radius is not None and (not 0 <= self.radius < n or self.radius in flat):
+            raise ValueError(f"primitive {self.name}: radius index {self.radius} must be a non-position index into {self.params}")
+
+    def position_pairs(self, n_values: int) -> tuple[tuple[int, int], ...]:
+        """(row, column) index pairs into a call's `n_values` flattened numbers that are positions."""
+        if self.takes_points:
+            return tuple((i, i + 1) for i in range(0, n_values - 1, 2))
+        return self.positions
+
+    def moved(self, values: Sequence[float], dr: float, dc: float) -> tuple[float, ...]:
+        """`values` (a call's numbers, points flattened) with every position moved by dr rows and dc columns."""
+        out = list(values)
+        for ri, ci in self.position_pairs(len(out)):
+            out[ri] += dr
+            out[ci] += dc
+        return tuple(out)
 
 
 def _fill_mask(n: int) -> np.ndarray:
@@ -59,10 +100,10 @@ def _set_pixel_shape(r: float, c: float, grid: int) -> BaseGeometry:
 
 V1_VOCABULARY: Mapping[str, Primitive] = {
     "fill": Primitive("fill", (), _fill_mask, G.fill_shape, doc="fill(color): paint the whole canvas"),
-    "set_pixel": Primitive("set_pixel", ("r", "c"), _set_pixel_mask, _set_pixel_shape, doc="set_pixel(r, c, color): one cell"),
-    "rect": Primitive("rect", ("r", "c", "h", "w"), R.rect_mask, G.rect_shape, doc="rect(r, c, h, w, color): filled, top-left (r, c), h rows, w columns"),
-    "circle": Primitive("circle", ("r", "c", "radius"), R.disc_mask, G.disc_shape, doc="circle(r, c, radius, color): filled disc centred on cell (r, c)"),
-    "line": Primitive("line", ("r0", "c0", "r1", "c1"), R.line_mask, G.line_shape, doc="line(r0, c0, r1, c1, color): one cell thick, end cells included"),
+    "set_pixel": Primitive("set_pixel", ("r", "c"), _set_pixel_mask, _set_pixel_shape, positions=((0, 1),), doc="set_pixel(r, c, color): one cell"),
+    "rect": Primitive("rect", ("r", "c", "h", "w"), R.rect_mask, G.rect_shape, positions=((0, 1),), doc="rect(r, c, h, w, color): filled, top-left (r, c), h rows, w columns"),
+    "circle": Primitive("circle", ("r", "c", "radius"), R.disc_mask, G.disc_shape, positions=((0, 1),), radius=2, doc="circle(r, c, radius, color): filled disc centred on cell (r, c)"),
+    "line": Primitive("line", ("r0", "c0", "r1", "c1"), R.line_mask, G.line_shape, positions=((0, 1), (2, 3)), doc="line(r0, c0, r1, c1, color): one cell thick, end cells included"),
     "poly": Primitive("poly", (), R.poly_mask, G.poly_shape, takes_points=True, doc="poly([(r, c), ...], color): filled polygon through corner points"),
 }
 
@@ -115,8 +156,8 @@ def _poly_outline_shape(points: list[tuple[float, float]], grid: int) -> BaseGeo
 
 OUTLINE_VOCABULARY: Mapping[str, Primitive] = {
     **V1_VOCABULARY,
-    "rect_outline": Primitive("rect_outline", ("r", "c", "h", "w"), _rect_outline_mask, _rect_outline_shape, doc="rect_outline(r, c, h, w, color): one-cell border of rect"),
-    "circle_outline": Primitive("circle_outline", ("r", "c", "radius"), _circle_outline_mask, _circle_outline_shape, doc="circle_outline(r, c, radius, color): one-cell ring"),
+    "rect_outline": Primitive("rect_outline", ("r", "c", "h", "w"), _rect_outline_mask, _rect_outline_shape, positions=((0, 1),), doc="rect_outline(r, c, h, w, color): one-cell border of rect"),
+    "circle_outline": Primitive("circle_outline", ("r", "c", "radius"), _circle_outline_mask, _circle_outline_shape, positions=((0, 1),), radius=2, doc="circle_outline(r, c, radius, color): one-cell ring"),
     "poly_outline": Primitive("poly_outline", (), _poly_outline_mask, _poly_outline_shape, takes_points=True, doc="poly_outline([(r, c), ...], color): border cells of poly"),
 }
 
@@ -129,12 +170,18 @@ class Limits:
     max_pixels: int = 4_000_000  #: cell writes summed over calls
     max_ops: int = 2_000_000  #: loop iterations + function calls + comprehension items
     max_vertices: int = 4_096  #: vertices of one polygon
+    #: coordinates a result may carry, summed over its shapes (the polygons' points and the shapes'
+    #: outlines; a disc is 257): bounds what the host receives and what PIoU scoring must chew on
+    max_total_vertices: int = 100_000
+    max_result_bytes: int = 4_000_000  #: encoded size of one result sent back to the host
     max_range: int = 1_000_000  #: length of one range()
     max_source_bytes: int = 100_000  #: model text larger than this is not parsed
     max_collection: int = 1_000_000  #: elements of one list/str built by * or **
-    cpu_seconds: float = 2.0  #: CPU time of one program
-    wall_seconds: float = 5.0  #: wall-clock time of one program (the worker is killed past it)
-    memory_mb: int = 768  #: address-space growth allowed to one worker
+    cpu_seconds: float = 2.0  #: CPU time of one program (and, separately, of scoring it); decides `timeout`
+    #: far wall-clock backstop for one attempt: the worker is killed past it and the attempt is
+    #: recorded as `backstop` (never `timeout`: wall-clock time depends on the machine's load)
+    wall_seconds: float = 60.0
+    memory_mb: int = 768  #: address-space growth allowed to one program, measured from where it starts
 
 
 @dataclass(frozen=True)
@@ -210,6 +257,7 @@ class Canvas:
         self.pixels[:] = medium.background
         self.calls: list[Call] = []
         self.pixel_writes = 0
+        self.vertices = 0  #: polygon points drawn so far (bounded by Limits.max_total_vertices)
         self.background: RGB = medium.background
         if medium.resolution != medium.grid:
             step = medium.grid / n
@@ -244,8 +292,9 @@ class Canvas:
             else:
                 mask = self._sample(prim.shape(pts, grid))
         else:
-            if prim.name in ("circle", "circle_outline") and abs(params[2]) > R.MAX_RADIUS:
-                raise BudgetExceeded(f"circle radius {params[2]:g} exceeds {R.MAX_RADIUS}")
+            # the reason keeps the word "circle" for every radius primitive: it is a recorded result
+            if prim.radius is not None and abs(params[prim.radius]) > R.MAX_RADIUS:
+                raise BudgetExceeded(f"circle radius {params[prim.radius]:g} exceeds {R.MAX_RADIUS}")
             mask = prim.mask(*params, n) if n == grid else self._sample(prim.shape(*params, grid))
         self.pixel_writes += int(mask.sum()) if prim.name != "fill" else n * n
         if self.pixel_writes > self.limits.max_pixels:
@@ -279,6 +328,9 @@ class Canvas:
                 raise DrawError(f"{prim.name}() points must be a list of (r, c) pairs")
             if len(pts) > self.limits.max_vertices:
                 raise BudgetExceeded(f"{prim.name}() with more than {self.limits.max_vertices} vertices")
+            self.vertices += len(pts)
+            if self.vertices > self.limits.max_total_vertices:
+                raise BudgetExceeded(f"more than {self.limits.max_total_vertices} polygon vertices in all")
             flat: list[float] = []
             for p in pts:
                 if not isinstance(p, (list, tuple)) or len(p) != 2:

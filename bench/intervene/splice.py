@@ -1,11 +1,13 @@
 """Coordinate splicing: find a generation's drawing statements and rewrite only their numbers.
 
-`statements(text)` finds the top-level primitive calls of the program inside a model's answer (the
-code of the first fenced block, or the whole text when it has no fence) with Python's `tokenize`, and
-for each records its character span in `text` and the numeric literals of its position arguments
-(row/column of `rect`, `circle`, `set_pixel`; both ends of `line`; every vertex of `poly`). A
-statement whose position arguments are not all plain non-negative integer literals (an expression,
-a variable, a negative or float number) is not spliceable and is marked so.
+`statements(text, vocabulary)` finds the top-level primitive calls of the program inside a model's
+answer (the code of the first fenced block, or the whole text when it has no fence) with Python's
+`tokenize`, and for each records its character span in `text` and the numeric literals of its position
+arguments. Which arguments are positions is what each `bench.canvas.medium.Primitive` declares
+(`positions`, or every point of a `takes_points` primitive): for the v1 vocabulary the row/column of
+`rect`, `circle`, `set_pixel`, both ends of `line` and every vertex of `poly`. A new primitive needs no
+edit here. A statement whose position arguments are not all plain non-negative integer literals (an
+expression, a variable, a negative or float number) is not spliceable and is marked so.
 
 `move(text, stmt, dr, dc)` returns `text` with those literals replaced by value + dr (rows) and
 value + dc (columns), and nothing else changed: `check_splice` (also run inside `move`) asserts that
@@ -29,15 +31,34 @@ import math
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-PRIMITIVES = ("fill", "set_pixel", "rect", "circle", "line", "poly")
-#: which positional arguments are (row, column) coordinates, per primitive
-POSITION_ARGS = {"set_pixel": ((0, 1),), "rect": ((0, 1),), "circle": ((0, 1),), "line": ((0, 1), (2, 3))}
+from bench.canvas.medium import V1_VOCABULARY, Primitive
+
 _FENCE = re.compile(r"```[^\n]*\n")
-ARMS = ("null-empty", "null-asis", "moved-used", "moved-unused")
+
+
+@dataclass(frozen=True)
+class MoveRule:
+    """A moved arm: the smallest displacement of at least `min_distance` cells (keeping the whole shape on
+    the canvas) whose share of cells landing on the final picture's painted cells lies in
+    [min_overlap, max_overlap]. Adding an arm is adding a rule to MOVES (the stages, tables, plots, merges
+    and the CLI read the arms from here)."""
+
+    name: str
+    min_overlap: float = 0.0
+    max_overlap: float = 1.0
+    min_distance: float = 2.0
+
+    def accepts(self, distance: float, overlap: float) -> bool:
+        return distance >= self.min_distance and self.min_overlap <= overlap <= self.max_overlap
+
+
+#: the paper's two moved arms: onto cells the model's own picture paints (~4 px in the paper), and off them (~9 px)
+MOVES = (MoveRule("moved-used", min_overlap=0.5), MoveRule("moved-unused", max_overlap=0.1))
+ARMS = ("null-empty", "null-asis") + tuple(m.name for m in MOVES)
 
 
 class SpliceError(AssertionError):
@@ -61,6 +82,10 @@ class Statement:
     literals: list[Literal] = field(default_factory=list)
     args: list[Any] = field(default_factory=list)  #: literal values of all arguments (None when not a literal)
     spliceable: bool = False
+    comment: bool = False  #: a comment follows the call on its line (it stays byte-identical when the call moves)
+    code_after: bool = False  #: the program has more code after this statement's line (set by `statements`)
+    #: what the call draws, from the vocabulary `statements` was given (its declared positions and raster)
+    primitive: Primitive | None = field(default=None, repr=False, compare=False)
 
 
 def code_region(text: str) -> tuple[int, int]:
@@ -73,15 +98,19 @@ def code_region(text: str) -> tuple[int, int]:
 
 
 def _offsets(code: str) -> list[int]:
+    """Start offset of each line as `tokenize` counts lines: split at "\n" only. (`str.splitlines` also
+    splits at form feeds, U+2028 and other separators that Python source treats as ordinary characters,
+    which once shifted every later offset and made the splice check fail.)"""
     starts, pos = [], 0
-    for line in code.splitlines(keepends=True):
+    for line in code.split("\n"):
         starts.append(pos)
-        pos += len(line)
+        pos += len(line) + 1
     starts.append(pos)
     return starts
 
 
-def statements(text: str) -> list[Statement]:
+def statements(text: str, vocabulary: Mapping[str, Primitive] = V1_VOCABULARY) -> list[Statement]:
+    """The top-level calls of `vocabulary`'s primitives in the answer's program, in source order."""
     start, end = code_region(text)
     code = text[start:end]
     line_starts = _offsets(code)
@@ -96,6 +125,11 @@ def statements(text: str) -> list[Statement]:
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass  # a truncated program: keep the tokens read so far
     out: list[Statement] = []
+    last_code_line = 0  # the last line that holds a token of code (not a comment or blank)
+    for t in toks:
+        if t.type not in (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                          tokenize.ENDMARKER):
+            last_code_line = max(last_code_line, t.end[0])
     i = 0
     at_line_start = True
     depth_indent = 0
@@ -112,10 +146,13 @@ def statements(text: str) -> list[Statement]:
         if t.type in (tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT):
             i += 1
             continue
-        if at_line_start and depth_indent == 0 and t.type == tokenize.NAME and t.string in PRIMITIVES \
+        if at_line_start and depth_indent == 0 and t.type == tokenize.NAME and t.string in vocabulary \
                 and i + 1 < len(toks) and toks[i + 1].string == "(":
-            stmt, i = _parse_call(toks, i, off, text)
+            stmt, i = _parse_call(toks, i, off, text, vocabulary[t.string])
             if stmt is not None:
+                close_line = toks[i - 1].end[0]
+                stmt.comment = any(t.type == tokenize.COMMENT and t.start[0] == close_line for t in toks[i: i + 3])
+                stmt.code_after = last_code_line > close_line
                 out.append(stmt)
             at_line_start = False
             continue
@@ -124,7 +161,7 @@ def statements(text: str) -> list[Statement]:
     return out
 
 
-def _parse_call(toks: list, i: int, off: Any, text: str) -> tuple[Statement | None, int]:
+def _parse_call(toks: list, i: int, off: Any, text: str, prim: Primitive) -> tuple[Statement | None, int]:
     name = toks[i].string
     depth, j = 0, i + 1
     args: list[list] = [[]]
@@ -150,22 +187,22 @@ def _parse_call(toks: list, i: int, off: Any, text: str) -> tuple[Statement | No
     stmt_end = off(close.end)
     nl = text.find("\n", stmt_end)
     line_end = len(text) if nl < 0 else nl + 1
-    stmt = Statement(name, off(toks[i].start), stmt_end, line_end)
+    stmt = Statement(name, off(toks[i].start), stmt_end, line_end, primitive=prim)
     if args and not args[-1]:
         args.pop()
     stmt.args = [int(a[0].string) if len(a) == 1 and a[0].type == tokenize.NUMBER and a[0].string.isdigit() else None
                  for a in args]
     lits: list[Literal] = []
     ok = True
-    if name in POSITION_ARGS:
-        for ri, ci in POSITION_ARGS[name]:
+    if prim.positions:
+        for ri, ci in prim.positions:
             for idx, axis in ((ri, "r"), (ci, "c")):
                 a = args[idx] if idx < len(args) else []
                 if len(a) == 1 and a[0].type == tokenize.NUMBER and a[0].string.isdigit():
                     lits.append(Literal(off(a[0].start), off(a[0].end), int(a[0].string), axis))
                 else:
                     ok = False
-    elif name == "poly":
+    elif prim.takes_points:
         nums = [t for t in args[0]] if args else []
         # [(r, c), (r, c), ...]: every NUMBER inside the first argument, alternating r and c
         numbers = [t for t in nums if t.type == tokenize.NUMBER]
@@ -210,20 +247,16 @@ def move(text: str, stmt: Statement, dr: int, dc: int) -> str:
 
 def shape_mask(stmt: Statement, dr: int = 0, dc: int = 0, grid: int = 24) -> np.ndarray | None:
     """Cells the statement paints after a move (None when its arguments are not all literals)."""
-    from bench.canvas.medium import V1_VOCABULARY
-
-    prim = V1_VOCABULARY[stmt.name]
+    prim = stmt.primitive
+    if prim is None:
+        raise ValueError(f"statement {stmt.name} at {stmt.start} has no primitive: take statements from `statements()`")
     if prim.takes_points:
         pts = [lit.value + (dr if lit.axis == "r" else dc) for lit in stmt.literals]
         return prim.mask([(pts[k], pts[k + 1]) for k in range(0, len(pts), 2)], grid)
     vals = stmt.args[: len(prim.params)]
     if len(vals) < len(prim.params) or any(v is None for v in vals):
         return None
-    vals = list(vals)
-    for ri, ci in POSITION_ARGS.get(stmt.name, ()):
-        vals[ri] += dr
-        vals[ci] += dc
-    return prim.mask(*vals, grid)
+    return prim.mask(*prim.moved(vals, dr, dc), grid)
 
 
 @dataclass
@@ -245,29 +278,27 @@ def _fits(stmt: Statement, dr: int, dc: int, grid: int) -> bool:
 
 
 def choose_displacements(stmt: Statement, painted: np.ndarray, grid: int = 24, reach: int = 12,
-                         min_distance: float = 2.0) -> dict[str, tuple[int, int, float, float] | None]:
-    """(dr, dc, distance, overlap) for moved-used and moved-unused (None when no displacement qualifies)."""
+                         moves: tuple[MoveRule, ...] = MOVES) -> dict[str, tuple[int, int, float, float] | None]:
+    """(dr, dc, distance, overlap) of each moved arm (None when no displacement qualifies)."""
     base = shape_mask(stmt, 0, 0, grid) if stmt.spliceable else None
     if base is None or not base.any():
-        return {"moved-used": None, "moved-unused": None}
+        return {m.name: None for m in moves}
     cands = []
     for dr in range(-reach, reach + 1):
         for dc in range(-reach, reach + 1):
             dist = math.hypot(dr, dc)
-            if dist < min_distance or not _fits(stmt, dr, dc, grid):
+            if dist < min(m.min_distance for m in moves) or not _fits(stmt, dr, dc, grid):
                 continue
             m = shape_mask(stmt, dr, dc, grid)
             if m is None or m.sum() < base.sum():  # clipped by the canvas edge: not the same shape
                 continue
             cands.append((dist, dr, dc, float((m & painted).sum() / m.sum())))
     cands.sort()
-    used = next(((dr, dc, d, o) for d, dr, dc, o in cands if o >= 0.5), None)
-    unused = next(((dr, dc, d, o) for d, dr, dc, o in cands if o <= 0.1), None)
-    return {"moved-used": used, "moved-unused": unused}
+    return {m.name: next(((dr, dc, d, o) for d, dr, dc, o in cands if m.accepts(d, o)), None) for m in moves}
 
 
 def cut_arms(text: str, stmt: Statement, painted: np.ndarray, grid: int = 24) -> list[Arm]:
-    """The four arms of the cut after `stmt` (moved arms only when a displacement qualifies)."""
+    """The arms of the cut after `stmt`: null-empty, null-asis and each of MOVES whose displacement qualifies."""
     line_start = text.rfind("\n", 0, stmt.start) + 1
     arms = [Arm("null-empty", text[:line_start]), Arm("null-asis", text[: stmt.line_end])]
     for name, got in choose_displacements(stmt, painted, grid).items():
@@ -279,13 +310,13 @@ def cut_arms(text: str, stmt: Statement, painted: np.ndarray, grid: int = 24) ->
     return arms
 
 
-def count_primitive_calls(code: str) -> int:
-    """Primitive calls (NAME in PRIMITIVES followed by '(') in possibly truncated code, via tokenize."""
+def count_primitive_calls(code: str, vocabulary: Mapping[str, Primitive] = V1_VOCABULARY) -> int:
+    """Primitive calls (a name of `vocabulary` followed by '(') in possibly truncated code, via tokenize."""
     n = 0
     prev = None
     try:
         for t in tokenize.generate_tokens(io.StringIO(code).readline):
-            if prev is not None and prev.type == tokenize.NAME and prev.string in PRIMITIVES and t.string == "(":
+            if prev is not None and prev.type == tokenize.NAME and prev.string in vocabulary and t.string == "(":
                 n += 1
             if t.type not in (tokenize.NL, tokenize.COMMENT):
                 prev = t
@@ -294,7 +325,7 @@ def count_primitive_calls(code: str) -> int:
     return n
 
 
-def continued_drawing(continuation: str) -> bool:
+def continued_drawing(continuation: str, vocabulary: Mapping[str, Primitive] = V1_VOCABULARY) -> bool:
     """The continuation emits at least one more primitive call before its code block closes."""
     body = continuation.split("```", 1)[0]
-    return count_primitive_calls(body) > 0
+    return count_primitive_calls(body, vocabulary) > 0

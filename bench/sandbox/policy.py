@@ -3,8 +3,11 @@
 Layer one of the sandbox (DESIGN.md, "Security of model-written code"). A program is parsed with
 `ast` (identifiers arrive NFKC-normalised, so unicode look-alikes of `__class__` are caught as the real
 name) and every node must be of an allowed type. On top of that:
-- no name or attribute that starts with an underscore, anywhere (dunders are how every known
-  RestrictedPython escape reaches the interpreter: `__class__`, `__globals__`, `__subclasses__`, ...);
+- no attribute that starts with an underscore, anywhere, and no name that starts with two (dunders
+  are how every known RestrictedPython escape reaches the interpreter: `__class__`, `__globals__`,
+  `__subclasses__`, `__builtins__`, ...) or with the sandbox's own reserved prefix `_ambench`.
+  Single-underscore names (`for _ in range(3)`, `r, _ = ...`, a helper `_dot`) are ordinary local
+  names that models write: nothing of the interpreter or the sandbox is reachable by such a name;
 - attributes only from a fixed list: `math.<public name>` and a few list/dict/str methods; in
   particular no `format` / `format_map` (format-string field access walks attributes);
 - no reflection builtins by name (`getattr`, `globals`, `vars`, `type`, `eval`, ...), whether or not the
@@ -21,6 +24,7 @@ from __future__ import annotations
 import ast
 import math
 
+RESERVED = "_ambench"  #: prefix of the sandbox's own names (tick and checked arithmetic); never a program's
 TICK = "_ambench_tick"
 POW = "_ambench_pow"
 LSHIFT = "_ambench_lshift"
@@ -91,11 +95,11 @@ def check(tree: ast.Module) -> None:
         elif kind is ast.arg:
             _check_name(node.arg, node)
         elif kind is ast.keyword:
-            if node.arg is not None and node.arg.startswith("_"):
+            if node.arg is not None and _private(node.arg):
                 raise PolicyError(f"line {node.value.lineno}: private keyword {node.arg} is not allowed")
         elif kind is ast.Import:
             for a in node.names:
-                if a.name != "math" or (a.asname and a.asname.startswith("_")):
+                if a.name != "math" or (a.asname and _private(a.asname)):
                     raise PolicyError(f"line {node.lineno}: import {a.name} is not allowed (only math)")
         elif kind is ast.ImportFrom:
             if node.module != "math" or node.level:
@@ -103,7 +107,7 @@ def check(tree: ast.Module) -> None:
             for a in node.names:
                 if a.name != "*" and a.name not in MATH_NAMES:
                     raise PolicyError(f"line {node.lineno}: math.{a.name} does not exist")
-                if a.asname and a.asname.startswith("_"):
+                if a.asname and _private(a.asname):
                     raise PolicyError(f"line {node.lineno}: private alias {a.asname} is not allowed")
         elif kind is ast.Constant:
             v = node.value
@@ -114,9 +118,14 @@ def check(tree: ast.Module) -> None:
                 raise PolicyError(f"line {node.lineno}: computed format specs are not allowed")
 
 
+def _private(name: str) -> bool:
+    """A dunder or name-mangled name, or one of the sandbox's reserved names."""
+    return name.startswith("__") or name.startswith(RESERVED)
+
+
 def _check_name(name: str, node: ast.AST) -> None:
     line = getattr(node, "lineno", "?")
-    if name.startswith("_"):
+    if _private(name):
         raise PolicyError(f"line {line}: private name {name} is not allowed")
     if name in FORBIDDEN_NAMES:
         raise PolicyError(f"line {line}: {name} is not allowed")

@@ -11,7 +11,7 @@ import ast
 import math
 import signal
 import sys
-import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,10 @@ from bench.canvas.medium import V1, BudgetExceeded, Call, Limits, Medium, shape_
 from bench.canvas.palette import RGB
 from bench.sandbox import policy
 
-OUTCOMES = ("ok", "syntax", "forbidden", "runtime", "timeout", "memory", "budget", "no_code")
+#: every outcome an attempt can get. `svg`: an SVG answer refused by the sanitiser or the renderer;
+#: `crash`: the worker died of a signal or sent a malformed result; `backstop`: the far wall-clock
+#: backstop fired (a machine problem, not the program's: CPU time decides `timeout`).
+OUTCOMES = ("ok", "syntax", "forbidden", "runtime", "timeout", "memory", "budget", "no_code", "svg", "crash", "backstop")
 
 
 class CpuTimeout(BaseException):
@@ -44,6 +47,13 @@ class ExecResult:
     ops: int = 0
     pixel_writes: int = 0
     medium: str = "v1"
+    png: bytes | None = None  #: SVG answers: the render at native size, as PNG
+    score: Any = None  #: a `bench.translation.piou.Score` when the attempt was scored in the worker
+
+    def without_geometry(self) -> "ExecResult":
+        """The same result minus the call log and shapes (what a stage that only needs pixels keeps)."""
+        self.calls, self.shapes_wkb = [], []
+        return self
 
     @property
     def valid(self) -> bool:
@@ -190,22 +200,17 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
     env["math"] = _MATH
     env.update(canvas.functions())
 
-    def on_cpu(signum: int, frame: Any) -> None:
-        raise CpuTimeout()
-
-    old_handler = signal.signal(signal.SIGPROF, on_cpu) if _main_thread() else None
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(_depth() + 250)
     outcome, reason = "ok", ""
+    geoms: list[Any] = []
     try:
-        try:
-            if old_handler is not None:
-                signal.setitimer(signal.ITIMER_PROF, limits.cpu_seconds)
+        with cpu_limit(limits.cpu_seconds):
             exec(compiled, env)  # noqa: S102 - checked, instrumented, budgeted; see module docstring
-        finally:
-            # disarm before any handler runs, so a late tick cannot replace the program's own outcome
-            if old_handler is not None:
-                signal.setitimer(signal.ITIMER_PROF, 0)
+            # the shapes are the program's cost too (an even-odd polygon of 4,096 crossing vertices is
+            # expensive): computed under the same CPU limit, then bounded before anything leaves
+            geoms = [shape_of(medium, c) for c in canvas.calls]
+            check_geometry(canvas.calls, geoms, limits, medium)
     except CpuTimeout:
         outcome, reason = "timeout", f"over {limits.cpu_seconds:g} s of CPU"
     except BudgetExceeded as e:
@@ -217,18 +222,52 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
     except Exception as e:  # every other error of the program is its own runtime failure
         outcome, reason = "runtime", f"{type(e).__name__}: {str(e)[:200]}"
     finally:
-        if old_handler is not None:
-            signal.signal(signal.SIGPROF, old_handler)
         sys.setrecursionlimit(old_limit)
         env.clear()
     if outcome != "ok":
         return ExecResult(outcome, reason, code=code, ops=ops, pixel_writes=canvas.pixel_writes, medium=medium.name)
-    geoms = [shape_of(medium, c) for c in canvas.calls]
     wkb = list(shapely.to_wkb(np.array(geoms, dtype=object))) if geoms else []
     return ExecResult(
         "ok", "", code=code, pixels=canvas.pixels, calls=canvas.calls, shapes_wkb=wkb,
         background=canvas.background, ops=ops, pixel_writes=canvas.pixel_writes, medium=medium.name,
     )
+
+
+def check_geometry(calls: list[Call], geoms: list[Any], limits: Limits, medium: Medium) -> None:
+    """Raise BudgetExceeded when a result would carry more vertices than `limits.max_total_vertices`
+    (polygon points as given, and the coordinates of the shapes as computed)."""
+    given = sum(len(c.params) // 2 for c in calls if medium.vocabulary[c.kind].takes_points)
+    if given > limits.max_total_vertices:
+        raise BudgetExceeded(f"{given} polygon vertices in all exceed {limits.max_total_vertices}")
+    if geoms:
+        carried = int(shapely.get_num_coordinates(np.array(geoms, dtype=object)).sum())
+        if carried > limits.max_total_vertices:
+            raise BudgetExceeded(f"shapes of {carried} vertices in all exceed {limits.max_total_vertices}")
+
+
+
+@contextmanager
+def cpu_limit(seconds: float):
+    """Raise CpuTimeout in this thread once the process has used `seconds` more CPU time (ITIMER_PROF:
+    CPU time, not wall-clock time, so the limit does not depend on the machine's load). Code stuck
+    inside C sees it when it returns; the worker's RLIMIT_CPU backstop covers code that never does."""
+    if not _main_thread():
+        yield
+        return
+
+    def on_cpu(signum: int, frame: Any) -> None:
+        raise CpuTimeout()
+
+    old = signal.signal(signal.SIGPROF, on_cpu)
+    try:
+        signal.setitimer(signal.ITIMER_PROF, seconds)
+        try:
+            yield
+        finally:
+            # disarm before any handler runs, so a late tick cannot replace the outcome already decided
+            signal.setitimer(signal.ITIMER_PROF, 0)
+    finally:
+        signal.signal(signal.SIGPROF, old)
 
 
 def _main_thread() -> bool:

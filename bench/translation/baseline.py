@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import shapely
 
-from bench.canvas.medium import V1, Call, shape_of
+from bench.canvas.medium import V1, Call, Medium, shape_of
 from bench.translation.piou import ReferenceGeometry, reference_geometry, score_calls
 from bench.translation.references import Reference, reference_calls
 
@@ -22,21 +22,9 @@ PAPER_NULL = {"mean": 0.072, "p95": 0.253}
 TAU = 0.6  #: the gate: a model passes when its median PIoU >= TAU (fixed before any score was seen)
 
 
-def _shift(call: Call, dr: int, dc: int) -> Call:
-    p = list(call.params)
-    if call.kind in ("rect", "circle", "set_pixel"):
-        p[0] += dr
-        p[1] += dc
-    elif call.kind == "line":
-        p[0] += dr
-        p[1] += dc
-        p[2] += dr
-        p[3] += dc
-    elif call.kind == "poly":
-        for i in range(0, len(p), 2):
-            p[i] += dr
-            p[i + 1] += dc
-    return Call(call.kind, tuple(p), call.color, call.order)
+def shift_call(call: Call, dr: int, dc: int, medium: Medium = V1) -> Call:
+    """The call moved by (dr, dc): the positions its primitive declares move, sizes and radii do not."""
+    return Call(call.kind, medium.vocabulary[call.kind].moved(call.params, dr, dc), call.color, call.order)
 
 
 def random_placement(ref: Reference, rng: random.Random) -> list[Call]:
@@ -56,7 +44,7 @@ def random_placement(ref: Reference, rng: random.Random) -> list[Call]:
         minx, miny, maxx, maxy = shapely.union_all([shape_of(V1, c) for c in group]).bounds
         dr = rng.randint(-int(np.floor(miny)), max(-int(np.floor(miny)), 24 - int(np.ceil(maxy))))
         dc = rng.randint(-int(np.floor(minx)), max(-int(np.floor(minx)), 24 - int(np.ceil(maxx))))
-        out.extend(_shift(c, dr, dc) for c in group)
+        out.extend(shift_call(c, dr, dc) for c in group)
     return out
 
 

@@ -48,3 +48,19 @@ def test_main_guard_is_unwrapped():
 def test_no_code_outcomes():
     for text in ("", "   ", "I cannot help with that.", "Enjoy!"):
         assert execute(text).outcome == "no_code"
+
+
+def test_no_program_line_is_dropped_silently():
+    """A decorator line used to vanish and the rest ran; now the program is refused with a reason."""
+    for text in ("```python\n@staticmethod\ndef draw():\n    fill('red')\n```", "Here:\n@cache\ndef draw():\n    fill('red')\ndraw()"):
+        r = execute(text)
+        assert r.outcome == "forbidden" and "decorator" in r.reason
+    r = execute("```python\n\"\"\"A red canvas.\"\"\"\nfill('red')\n```")
+    assert r.valid and r.code.startswith('"""A red canvas."""')
+
+
+def test_underscore_names_are_ordinary_names():
+    r = execute("fill('white')\nfor _ in range(3):\n    r, _ = 2 * _, 0\n    set_pixel(r, 1, 'red')\ndef _dot(r, c):\n    set_pixel(r, c, 'blue')\n_dot(5, 5)")
+    assert r.valid and len(r.calls) == 5
+    for bad in ("__x = 1", "_ambench_tick = 1", "f(__y=1)"):
+        assert execute(bad).outcome == "forbidden"

@@ -33,6 +33,9 @@ def hostile_results():
 def test_hostile_program_gets_expected_outcome(hostile_results, index):
     entry, result = HOSTILE[index], hostile_results[index]
     assert result.outcome == entry["expect"], result.reason
+    if entry["expect"] == "ok":  # hostile to the host only (the comb: see tests/bench/test_boundary.py)
+        assert result.pixels is not None and not result.reason
+        return
     assert result.outcome in OUTCOMES and result.reason and "\n" not in result.reason
     assert result.pixels is None
 
@@ -65,7 +68,8 @@ def test_wall_clock_kill_and_restart():
     limits = Limits(cpu_seconds=30, wall_seconds=1.0)
     with SandboxPool(workers=1, limits=limits) as p:
         results = p.run(["for i in range(300):\n    y = sorted(list(range(999999)), reverse=True)", "fill('red')"])
-        assert results[0].outcome == "timeout"
+        # the wall-clock kill is a backstop, recorded as such (CPU time alone decides `timeout`)
+        assert results[0].outcome == "backstop" and "wall-clock backstop" in results[0].reason
         assert results[1].valid
         assert p.restarts == 1
 

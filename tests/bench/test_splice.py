@@ -91,3 +91,37 @@ def test_continuation_classification():
     assert not continued_drawing("# done\n```\nrect(1, 1, 1, 1, 'red')")
     assert not continued_drawing("print('rect(1, 2)')")  # a string is not a call
     assert count_primitive_calls("rect(1, 2, 3, 4, 'red')\nline(0, 0, 1, 1, 'b'") == 2
+
+
+@pytest.mark.parametrize("sep", ["\x0c", "\u2028", "\u2029", "\x0b", "\x1c", "\x85"])
+def test_line_separators_inside_the_program_keep_offsets_right(sep):
+    """str.splitlines splits at these characters but Python source does not: the offsets once shifted and
+    every later splice failed its identity check (aborting the stage)."""
+    text = f"```python\nfill('white')  # sky{sep}ground\nrect(2, 3, 4, 5, 'red')  # box\n```"
+    s = [x for x in statements(text) if x.spliceable][0]
+    assert text[s.start:s.end] == "rect(2, 3, 4, 5, 'red')" and s.comment and not s.code_after
+    out = move(text, s, 1, 1)
+    assert "rect(3, 4, 4, 5, 'red')  # box" in out and strip_digits(out) == strip_digits(text)
+
+
+def test_comment_and_code_after_flags():
+    text = "```python\nfill('white')\nrect(2, 3, 4, 5, 'red')\n# done\nfor i in range(2):\n    set_pixel(i, i, 'red')\n```"
+    s = statements(text)
+    assert [(x.name, x.comment, x.code_after) for x in s] == [("fill", False, True), ("rect", False, True)]
+    text = "```python\nfill('white')\nrect(2, 3, 4, 5, 'red')  # last\n# a closing remark\n```"
+    assert [(x.comment, x.code_after) for x in statements(text)] == [(False, True), (True, False)]
+
+
+def test_a_new_moved_arm_is_one_rule(monkeypatch):
+    """The worked example of docs/extending.md: a far move off the picture is one MoveRule; cut_arms makes it."""
+    import bench.intervene.splice as sp
+
+    far = sp.MoveRule("moved-far", max_overlap=0.1, min_distance=8.0)
+    monkeypatch.setattr(sp, "MOVES", sp.MOVES + (far,))
+    text = "```python\nfill('white')\nrect(2, 2, 4, 4, 'red')\nrect(2, 10, 6, 6, 'blue')\n```"
+    s = sp.statements(text)[-1]
+    painted = np.zeros((24, 24), bool)
+    painted[2:6, 2:6] = painted[2:8, 10:16] = True
+    got = sp.choose_displacements(s, painted, moves=sp.MOVES)
+    assert set(got) == {"moved-used", "moved-unused", "moved-far"} and got["moved-far"][2] >= 8.0
+    assert got["moved-far"][3] <= 0.1 and got["moved-unused"][2] < got["moved-far"][2]

@@ -9,6 +9,22 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 
+#: two combs whose teeth cross (a vertical and a horizontal one): each a valid 4,002-vertex polygon that
+#: the sandbox runs in milliseconds, but their overlay has n^2 pieces, so PIoU scoring in the host
+#: never finished for n = 1000 (issue 12); {n} teeth
+COMB = """fill('white')
+n = {n}
+w = 24 / n
+a = [(0, 0), (0, 24)]
+b = [(0, 0), (24, 0)]
+for i in range(n - 1, -1, -1):
+    x = i * w
+    a += [(1, x + w), (1, x + w / 2), (24, x + w / 2), (24, x)]
+    b += [(x + w, 1), (x + w / 2, 1), (x + w / 2, 24), (x, 24)]
+poly(a, 'red')
+poly(b, 'blue')
+"""
+
 hostile = [
     # object graph walks
     ("subclasses", "().__class__.__bases__[0].__subclasses__()", "forbidden"),
@@ -31,7 +47,8 @@ hostile = [
     ("class_metaclass", "class M(type):\n    pass\nclass A(metaclass=M):\n    pass", "forbidden"),
     ("class_plain", "class A:\n    x = 1", "forbidden"),
     ("object_builtin", "o = object()", "forbidden"),
-    ("private_name", "_secret = 1", "forbidden"),
+    ("private_name", "__secret = 1", "forbidden"),
+    ("reserved_name", "_ambench_tick = lambda: True\nwhile True:\n    pass", "forbidden"),
     ("private_attr", "x = [1]\nx._y", "forbidden"),
     # frames and generators
     ("gen_frame", "g = (i for i in [1])\nf = g.gi_frame.f_back", "forbidden"),
@@ -83,6 +100,12 @@ hostile = [
     ("c_level_hang", "x = sum(map(abs, map(float, list(range(999999)) * 1)))\nfor i in range(400):\n    y = sorted(list(range(999999)), reverse=True)", "timeout"),
     ("deep_nesting", "x = " + "(" * 5000 + "1" + ")" * 5000, "syntax"),
     ("null_bytes", "rect(1, 2, 3, 4, 'red')\x00", "syntax"),
+    # what the host does with a result (issue 12, part 2): poison pills, geometry and size bombs
+    ("poison_surrogate", "fill('navy')\nassert False, 'done \\ud800'", "runtime"),
+    ("poison_nul", "fill('navy')\nx = 'a\\x00b'\nassert False, x", "runtime"),
+    ("poison_surrogate_pair", "fill('navy')\nassert False, '\\udfff\\ud800' * 50", "runtime"),
+    ("comb_1000_interleaved", COMB.format(n=1000), "ok"),
+    ("amplification_120x4096", "fill('white')\nfor k in range(120):\n    poly([(k % 24 + (i % 2) * 0.5, i * 24 / 4096) for i in range(4096)], 'red')", "budget"),
     # ordinary failures
     ("syntax_error", "rect(1, 2, 3, 4, 'red'\nfill('blue')", "syntax"),
     ("name_error", "rectangle(1, 2, 3, 4, 'red')", "runtime"),
@@ -96,6 +119,7 @@ hostile = [
 ]
 
 benign = [
+    ("underscore_names", "fill('white')\n_dot = lambda r, c: set_pixel(r, c, 'red')\nfor _ in range(3):\n    r, _ = 2 * _, 0\n    _dot(r, 5)"),
     ("plain", "fill('white')\nrect(2, 3, 4, 5, 'red')"),
     ("fenced", "Here is the program:\n```python\nfill('black')\ncircle(12, 12, 6, 'yellow')\n```\nIt draws a sun."),
     ("fenced_py", "```py\nfill('sky_blue')\nrect(18, 0, 6, 24, 'green')\n```"),
@@ -124,10 +148,11 @@ benign = [
     ("crlf", "fill('white')\r\nrect(1, 1, 3, 3, 'red')\r\n"),
 ]
 
-with open(HERE / "hostile.jsonl", "w") as f:
-    for name, text, expect in hostile:
-        f.write(json.dumps({"id": name, "text": text, "expect": expect}) + "\n")
-with open(HERE / "benign.jsonl", "w") as f:
-    for name, text in benign:
-        f.write(json.dumps({"id": name, "text": text}) + "\n")
-print(len(hostile), "hostile,", len(benign), "benign")
+if __name__ == "__main__":
+    with open(HERE / "hostile.jsonl", "w") as f:
+        for name, text, expect in hostile:
+            f.write(json.dumps({"id": name, "text": text, "expect": expect}) + "\n")
+    with open(HERE / "benign.jsonl", "w") as f:
+        for name, text in benign:
+            f.write(json.dumps({"id": name, "text": text}) + "\n")
+    print(len(hostile), "hostile,", len(benign), "benign")

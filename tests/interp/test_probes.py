@@ -136,3 +136,81 @@ def test_constant_features_predict_the_training_mean():
     p = fold_predictions(x[:15], y[:15], x[15:], [2, 4], [1.0])
     assert np.allclose(p, y[:15].mean(axis=0))
     assert nested_cv(x, y, SMALL, 0).r2 < 0.05
+
+
+def test_delta_permutation_test_refits_both_probes_and_is_calibrated():
+    """Known answers for the headline test. (1) Activations that only re-encode what the prompt words
+    already say: both probes decode the layout, Delta ~ 0, and the test refitting both probes on every
+    permutation does not reject; the broken variant that keeps the text probe's observed R^2 fixed in
+    the null rejects (a false discovery). (2) Under the null (nothing decodable) p is roughly uniform."""
+    from interp.probes import LayerSweep, perm_p, permutations
+
+    rng = np.random.default_rng(7)
+    n, words = 60, 30
+    text = (rng.random((n, words)) < 0.2).astype(float)
+    y = text @ rng.normal(size=(words, 36)) * 0.3 + rng.normal(scale=0.2, size=(n, 36))
+    acts = [rng.normal(size=(n, 40)) for _ in range(2)]
+    acts[1] = acts[1] * 0.3 + text @ rng.normal(size=(words, 40))  # the layer re-encodes the prompt words
+    g = Grid(pca=(4, 8, 16), alphas=(0.1, 1.0, 10.0, 100.0), outer=5, inner=4)
+    act_sweep, text_sweep = LayerSweep(acts, g, 0), LayerSweep([text], g, 0)
+    best, txt = act_sweep.best(y), text_sweep.layer(y, 0)
+    assert best.r2 > 0.3 and txt.r2 > 0.3
+    delta = best.r2 - txt.r2
+    perms = permutations(n, 49, 3)
+    null_act = act_sweep.permuted_r2(y, perms)
+    right = perm_p(null_act - text_sweep.permuted_r2(y, perms), delta)
+    broken = perm_p(null_act - txt.r2, delta)
+    assert right > 0.1 and broken <= 0.02
+    ps = []
+    for rep in range(12):
+        r = np.random.default_rng(100 + rep)
+        xs = [r.normal(size=(40, 25)) for _ in range(3)]
+        yy, tt = r.normal(size=(40, 36)), (r.random((40, 20)) < 0.2).astype(float)
+        a, t = LayerSweep(xs, SMALL, rep), LayerSweep([tt], SMALL, rep)
+        obs = a.best(yy).r2 - t.layer(yy, 0).r2
+        pp = permutations(40, 19, rep)
+        ps.append(perm_p(a.permuted_r2(yy, pp) - t.permuted_r2(yy, pp), obs))
+    assert 0.3 <= np.mean(ps) <= 0.7 and sum(p <= 0.05 for p in ps) <= 3
+
+
+def test_permutations_reuse_decompositions_and_equal_a_naive_refit():
+    from interp.probes import LayerSweep, permutations
+
+    rng = np.random.default_rng(11)
+    xs = [rng.normal(size=(50, 30)) for _ in range(3)]
+    y = rng.random((50, 36)) + xs[1][:, :1]
+    perms = permutations(50, 8, 2)
+    naive = [nested_cv_layers(xs, y[p], SMALL, 4).r2 for p in perms]
+    fast = LayerSweep(xs, SMALL, 4).permuted_r2(y, perms, batch=3)
+    assert np.allclose(naive, fast, rtol=0, atol=1e-12)
+    naive1 = [nested_cv(xs[2], y[p], SMALL, 4).r2 for p in perms]
+    assert np.allclose(naive1, LayerSweep(xs, SMALL, 4).permuted_r2(y, perms, layers=[2]), rtol=0, atol=1e-12)
+
+
+def test_vectorised_bootstrap_equals_resampling_by_index():
+    from interp.probes import bootstrap_counts, bootstrap_r2
+
+    rng = np.random.default_rng(3)
+    y, pred = rng.random((30, 36)), rng.random((30, 36))
+    w = bootstrap_counts(30, 50, 9)
+    idx = [np.repeat(np.arange(30), w[b].astype(int)) for b in range(50)]
+    direct = [pooled_r2(y[i], pred[i]) for i in idx]
+    assert np.allclose(bootstrap_r2(y, pred, w), direct, atol=1e-10)
+
+
+def test_fitted_probe_is_the_cross_validated_probe_in_activation_space():
+    """FittedProbe's affine map predicts exactly what the nested-CV machinery predicts for the same (k, alpha),
+    and its direction is the gradient of the masked prediction."""
+    from interp.probes import FittedProbe
+
+    x, y = planted(n=80, d=50, seed=5)
+    probe = FittedProbe.fit(x[:60], y[:60], k=8, alpha=10.0)
+    want = fold_predictions(x[:60], y[:60], x[60:], [8], [10.0])[0, 0]
+    assert np.allclose(probe.predict(x[60:]), want, atol=1e-9)
+    mask = np.zeros(36, bool)
+    mask[:18] = True
+    d = probe.direction(mask)
+    eps = 1e-3
+    grad = np.array([(probe.predict(x[:1] + eps * np.eye(50)[j])[0, mask].sum() - probe.predict(x[:1])[0, mask].sum()) / eps
+                     for j in range(50)])
+    assert np.allclose(d, grad / np.linalg.norm(grad), atol=1e-6)

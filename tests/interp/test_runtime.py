@@ -28,18 +28,19 @@ def test_info_is_recorded(tiny):
     assert len(i.weights_digest) == 16 and json.dumps(i.as_dict())
 
 
-def test_plain_path_shares_weights_and_matches_the_bridge(tiny, tiny_folder):
-    assert tiny.plain is not None and tiny.plain is not tiny.bridge.original_model
-    shared = {p.data_ptr() for p in tiny.plain.parameters()}
-    assert shared == {p.data_ptr() for p in tiny.bridge.original_model.parameters()}
-    assert tiny.info.plain_attention == "sdpa" and tiny.bridge.original_model.config._attn_implementation == "eager"
-    exact = Runtime.from_folder(tiny_folder, name="tiny", plain_attention="eager")
+def test_bridge_shares_weights_and_matches_the_model(tiny, tiny_folder):
+    bridge = tiny.bridge  # booted on first use, around a twin of the model
+    assert bridge.original_model is not tiny.model
+    shared = {p.data_ptr() for p in tiny.model.parameters()}
+    assert shared == {p.data_ptr() for p in bridge.original_model.parameters()}
+    assert tiny.info.attention == "sdpa" and bridge.original_model.config._attn_implementation == "eager"
+    exact = Runtime.from_folder(tiny_folder, name="tiny", attention="eager")
     for rt, tol in ((tiny, 1e-4), (exact, 0.0)):  # sdpa: float rounding only; eager: the very same numbers
         bp = prompts(rt)
         ids, mask, _ = rt.pad([b.tokens for b in bp])
         with torch.inference_mode():
-            a, _ = rt._forward(ids, mask, None, hooked=False)
-            b, _ = rt._forward(ids, mask, None, hooked=True)
+            a, _ = rt._forward(ids, mask, None, "hf")
+            b, _ = rt._forward(ids, mask, None, "bridge")
         assert (a - b).abs().max().item() <= tol
 
 
@@ -138,9 +139,9 @@ def test_generation_respects_max_new_tokens_and_reports_stop(tiny):
         assert all(e >= 0 for e in g.entropy)
 
 
-def test_compat_mode_is_recorded_and_has_no_plain_path(tiny_folder):
+def test_compat_mode_is_recorded_and_runs_through_the_bridge(tiny_folder):
     rt = Runtime.from_folder(tiny_folder, name="tiny", compat=True)
-    assert rt.info.compat and rt.plain is None
+    assert rt.info.compat and rt.info.hooks == "bridge" and rt.info.attention == "eager"
     bp = prompts(rt)[0]
     assert len(rt.generate([bp.tokens], [Sampling()], NOSTOP)[0].tokens) == 12
 
@@ -159,17 +160,24 @@ def test_clear_errors(tmp_path):
         Runtime.load("smollm2-135m-instruct", dtype="int3")
 
 
-def test_unsupported_architecture_is_a_clear_error(tmp_path):
+def test_an_architecture_without_a_bridge_adapter_runs_on_forward_hooks(tmp_path):
     from transformers import DiffLlamaConfig, DiffLlamaForCausalLM
 
     from tests.interp.tiny import build_tiny
 
     folder = build_tiny(tmp_path / "m")  # a real causal LM that TransformerBridge has no adapter for
-    cfg = DiffLlamaConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    cfg = DiffLlamaConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2)
     DiffLlamaForCausalLM(cfg).save_pretrained(folder)
-    with pytest.raises(ModelError, match="DiffLlamaForCausalLM is not supported"):
-        Runtime.from_folder(folder)
+    rt = Runtime.from_folder(folder)
+    assert rt.info.architecture == "DiffLlamaForCausalLM" and rt.info.n_layers == 2
+    bp = prompts(rt)[0]
+    plain = rt.generate([bp.tokens], [Sampling()], NOSTOP)[0]
+    steered = rt.generate([bp.tokens], [Sampling()], NOSTOP, hooks=[("blocks.1.hook_resid_pre", lambda a, hook: a + 50.0)])[0]
+    assert len(plain.tokens) == 12 and steered.tokens != plain.tokens
+    assert rt.capture([bp.tokens], [[0, 1]]).shape == (1, 3, 2, 32)
+    with pytest.raises(ModelError, match="TransformerBridge cannot adapt DiffLlamaForCausalLM"):
+        rt.generate([bp.tokens], [Sampling()], NOSTOP, hooks=[("blocks.0.attn.hook_pattern", lambda a, hook: a)])
 
 
 def test_shared_prefix_continuations_equal_full_generation(tiny):
@@ -196,3 +204,84 @@ def test_prefill_hooks_patch_only_the_suffix_block(tiny):
     plain = tiny.continue_batch(list(bp.tokens), [[5, 6]], [Sampling()], rule)[0]
     patched = tiny.continue_batch(list(bp.tokens), [[5, 6]], [Sampling()], rule, prefill_hooks=[("blocks.1.hook_resid_pre", patch)])[0]
     assert calls == [2] and patched.tokens != plain.tokens
+
+
+def test_forward_hooks_equal_the_bridge_bit_for_bit_when_the_model_runs_eager(tiny_folder):
+    from hooks.steer import add_direction
+
+    rt = Runtime.from_folder(tiny_folder, name="tiny", attention="eager")
+    bp = prompts(rt)
+    toks = [b.tokens for b in bp]
+    pos = [[b.positions[k] for k in POSITIONS] for b in bp]
+    prefix, donor, target = list(bp[0].tokens), [5, 6, 7], [8, 9, 10]
+    span = rt.capture([prefix + donor], [[len(prefix), len(prefix) + 1, len(prefix) + 2]], layers=[1])[0, 0]
+
+    def put(act, hook=None):
+        act[:, -3:, :] = span.to(act.dtype)
+        return act
+
+    def run():
+        vec = np.linspace(-3.0, 3.0, rt.info.d_model)
+        return (rt.capture(toks, pos), rt.capture(toks, pos, layers=[2], final="post-norm"),
+                rt.continue_batch(prefix, [target, target[:1]], [Sampling(), Sampling(1.0, 9)], NOSTOP,
+                                  prefill_hooks=[("blocks.1.hook_resid_pre", put)]),
+                rt.generate(toks, [Sampling()] * 3, NOSTOP, hooks=[("blocks.1.hook_resid_post", add_direction(vec))]))
+
+    mine = run()
+    with rt.via_bridge():
+        ref = run()
+    assert torch.equal(mine[0], ref[0]) and torch.equal(mine[1], ref[1])
+    for a, b in zip(mine[2:], ref[2:]):
+        assert [g.tokens for g in a] == [g.tokens for g in b] and [g.entropy for g in a] == [g.entropy for g in b]
+
+
+def test_steering_the_final_residual_has_the_constructed_effect(tiny):
+    """Adding v to the last block's output: the first step's distribution is softmax(unembed(norm(x + v)))."""
+    from hooks.steer import add_direction
+
+    bp = prompts(tiny)[1]
+    n = tiny.info.n_layers
+    v = np.linspace(-2.0, 2.0, tiny.info.d_model)
+    x = tiny.capture([bp.tokens], [[len(bp.tokens) - 1]], layers=[n])[0, 0, 0]
+    with torch.inference_mode():
+        logits = tiny.model.get_output_embeddings()(tiny.sites.norm(x + torch.as_tensor(v, dtype=torch.float32)))
+    logp = torch.log_softmax(logits, -1)
+    want_entropy = float(-(logp.exp() * logp).sum())
+    g = tiny.generate([bp.tokens], [Sampling()], NOSTOP, hooks=[(f"blocks.{n - 1}.hook_resid_post", add_direction(v))])[0]
+    assert g.tokens[0] == int(logits.argmax()) and abs(g.entropy[0] - want_entropy) < 1e-4
+    plain = tiny.generate([bp.tokens], [Sampling()], NOSTOP)[0]
+    assert abs(plain.entropy[0] - want_entropy) > 1e-3  # the vector did change the distribution
+
+
+def test_prefill_hooks_change_only_each_rows_suffix(tiny):
+    """A short suffix's row recomputes a few prefix tokens beside it; a prefill hook must not reach them."""
+    prefix = tiny.tokenizer("Draw the flag of Germany. A cat sitting on a mat.")["input_ids"]
+    rule = StopRule(max_new_tokens=6, eos=False, fence=False)
+
+    def shove(act, hook=None):
+        return act.flip(-1) * 10.0  # every position of the block
+
+    hooks = [("blocks.1.hook_resid_pre", shove)]
+    together = tiny.continue_batch(prefix, [[5], [6, 7, 8, 9]], [Sampling(), Sampling()], rule, prefill_hooks=hooks)
+    for sfx, g in zip([[5], [6, 7, 8, 9]], together):
+        alone = tiny.continue_batch(prefix, [sfx], [Sampling()], rule, prefill_hooks=hooks)[0]
+        assert alone.tokens == g.tokens and np.allclose(alone.entropy, g.entropy, atol=1e-5)
+
+
+def test_forward_hook_names_aliases_and_none(tiny):
+    bp = prompts(tiny)[0]
+    seen = []
+
+    def note(act, hook):
+        seen.append(hook.name)  # returns None: the tensor is kept
+
+    names = ["blocks.0.hook_resid_pre", "blocks.0.hook_in", "blocks.1.hook_out", "blocks.1.hook_resid_post", "ln_final.hook_out"]
+    plain = tiny.generate([bp.tokens], [Sampling()], NOSTOP)[0]
+    hooked = tiny.generate([bp.tokens], [Sampling()], NOSTOP, hooks=[(n, note) for n in names])[0]
+    assert hooked.tokens == plain.tokens and hooked.entropy == plain.entropy
+    assert seen[:5] == ["blocks.0.hook_in", "blocks.0.hook_in", "blocks.1.hook_out", "blocks.1.hook_out", "ln_final.hook_out"]
+    assert tiny.hook_names([2], final="post-norm") == ["ln_final.hook_out"]
+    assert tiny.canonical_hooks(["ln_final.hook_out", "blocks.1.hook_resid_post"]) == {
+        "ln_final.hook_out": ["ln_final.hook_out"], "blocks.1.hook_out": ["blocks.1.hook_resid_post"]}
+    with pytest.raises(ValueError, match="final site"):
+        tiny.hook_names(final="middle")

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from bench.layout.judge import JudgeError, VerdictParseError, png_bytes
+from bench.canvas.png import png_bytes
+from bench.layout.judge import JudgeError, VerdictParseError
 from interp.vlm_judge import TransformersJudge
 from tests.interp.tiny import build_tiny_vlm
 

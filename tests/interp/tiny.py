@@ -18,10 +18,10 @@ CORPUS = [
 ]
 
 
-def build_tiny(folder: Path, n_layers: int = 2, d_model: int = 32, seed: int = 0, chat: bool = True) -> Path:
-    import torch
+def build_tokenizer(folder: Path, chat: bool = True):
+    """A small byte-level BPE tokenizer (vocab ~400) trained on CORPUS, saved into `folder`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     folder.mkdir(parents=True, exist_ok=True)
     special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>"]
@@ -36,6 +36,14 @@ def build_tiny(folder: Path, n_layers: int = 2, d_model: int = 32, seed: int = 0
     if chat:
         fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(folder)
+    return fast
+
+
+def build_tiny(folder: Path, n_layers: int = 2, d_model: int = 32, seed: int = 0, chat: bool = True) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fast = build_tokenizer(folder, chat)
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=len(fast), hidden_size=d_model, intermediate_size=2 * d_model, num_hidden_layers=n_layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,

@@ -1,0 +1,171 @@
+"""`ambench probe`, `intervene`, `patch`, `steer`: Exp. 3 and beyond, each a thin wrapper over its stage."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, QuantizeOpt, RunOpt, SeedOpt, TaskOpt,
+                                    TrustOpt, app, fail, run_writer, runtime)
+
+
+@app.command()
+def probe(
+    run: RunOpt,
+    models: Optional[list[str]] = typer.Option(None, "--models", help="Only these models (default: every model with activations)."),
+    tasks: Optional[list[str]] = typer.Option(None, "--task", help="Tasks to probe (repeat; default: layout, then translation as a control)."),
+    min_attempts: int = typer.Option(1, "--min-attempts", min=1, help="Valid attempts a prompt needs to get a target."),
+    exclude_trivial: bool = typer.Option(False, "--exclude-trivial/--include-trivial", help="Drop trivial renders from the consensus."),
+    n_perm: int = typer.Option(2500, "--n-perm", min=0, help="Permutations of the headline Delta R^2 test (0: none)."),
+    n_perm_layers: int = typer.Option(100, "--n-perm-layers", min=0, help="Permutations per per-layer own-target row (0: none)."),
+    n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Prompt-bootstrap resamples for CIs."),
+    seed: SeedOpt = 0,
+) -> None:
+    """Per-layer, per-position occupancy probes (nested CV) with every control and the headline Delta R^2;
+    writes probes.jsonl and plots."""
+    from experiments.rundir import RunDir
+    from experiments.stages.probe import ProbeError, ProbeSettings, probe_stage
+
+    s = ProbeSettings(tasks=tuple(tasks) if tasks else ("layout", "translation"), min_attempts=min_attempts,
+                      exclude_trivial=exclude_trivial, n_perm=n_perm, n_perm_layers=n_perm_layers, n_boot=n_boot, seed=seed)
+    with run_writer(run, "ambench probe") as rd:
+        try:
+            rows = probe_stage(rd, models, s, progress=lambda msg: typer.echo(msg, err=True))
+        except ProbeError as e:
+            fail(str(e))
+
+    def f3(v: Optional[float]) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    for r in rows:
+        if r.get("features") == "delta":
+            typer.echo(f"{r['model']} {r['task']} {r['target']:<8} {r['position']:<8} Delta R^2 {f3(r['delta_r2'])} "
+                       f"[{f3(r['delta_ci'][0])}, {f3(r['delta_ci'][1])}] (best {f3(r['r2_resid'])}, text {f3(r['r2_text'])}) "
+                       f"p {f3(r.get('p_perm'))} q {f3(r.get('q_bh'))}")
+        elif r.get("kind") in ("ceiling", "skipped", "targets"):
+            typer.echo(json.dumps(r))
+    typer.echo(f"wrote {run / RunDir.PROBES} ({len(rows)} rows) and plots in {run / RunDir.PROBE_PLOTS}")
+
+
+@app.command()
+def intervene(
+    run: RunOpt,
+    model: ModelOpt = "smollm2-135m-instruct",
+    task: TaskOpt = "layout",
+    arms: Optional[list[str]] = typer.Option(None, "--arms", help="Subset of null-empty, null-asis, moved-used, moved-unused."),
+    continuations: int = typer.Option(9, "--continuations", min=1),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens", min=1),
+    cut: str = typer.Option("last", "--cut", help="last (after the completed picture) or all (after every spliceable statement)."),
+    samples: Optional[list[int]] = typer.Option(None, "--sample", help="Only these attempt samples as sources (repeat; default: every valid attempt)."),
+    seed: SeedOpt = 0,
+    limit: LimitOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
+) -> None:
+    """Splice coordinates into the model's own code (4 arms) and sample continuations; rates, deltas, dose-response."""
+    from bench.intervene.splice import ARMS
+    from experiments.stages.intervene import InterveneSettings, intervene_stage, summarise_interventions
+
+    if cut not in ("last", "all"):
+        fail("--cut must be last or all")
+    bad = set(arms or []) - set(ARMS)
+    if bad:
+        fail(f"unknown arms {sorted(bad)}: use {', '.join(ARMS)}")
+    s = InterveneSettings(task=task, arms=tuple(arms or ARMS), continuations=continuations, temperature=temperature,
+                          max_new_tokens=max_new_tokens, seed=seed, cut=cut, samples=tuple(samples) if samples else None,
+                          limit=limit)
+    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+    with run_writer(run, "ambench intervene") as rd:
+        counts = intervene_stage(rt, rd, model, s)
+        typer.echo(json.dumps(counts))
+        if not counts["continuations"]:
+            fail(f"no spliceable valid {task} attempts of {model} in {run}")
+        summary = summarise_interventions(rd, seed)
+    for t in summary["arms"]:
+        typer.echo(json.dumps(t))
+    typer.echo(f"table: {run / 'interventions_table.json'}, plot: {run / f'interventions-{task}.png'}")
+
+
+@app.command()
+def patch(
+    run: RunOpt,
+    model: ModelOpt = "smollm2-135m-instruct",
+    task: TaskOpt = "layout",
+    layers: Optional[list[int]] = typer.Option(None, "--layers", help="Layers to patch (default: every block)."),
+    moved_arm: str = typer.Option("moved-unused", "--moved-arm", help="The moved arm swapped with null-asis (moved-used, moved-unused)."),
+    continuations: int = typer.Option(9, "--continuations", min=1),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
+    seed: SeedOpt = 0,
+    limit: LimitOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
+) -> None:
+    """Activation patching at the cut: swap resid_pre at the statement's tokens between arms, per layer."""
+    from experiments.rundir import RunDir
+    from experiments.stages.patch import PatchSettings, patch_stage, patching_table, plot_patching
+
+    from bench.intervene.splice import MOVES
+
+    if moved_arm not in {m.name for m in MOVES}:
+        fail(f"--moved-arm must be one of {', '.join(m.name for m in MOVES)}")
+    s = PatchSettings(task=task, layers=tuple(layers) if layers else None, moved_arm=moved_arm, continuations=continuations,
+                      temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
+    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+    with run_writer(run, "ambench patch") as rd:
+        counts = patch_stage(rt, rd, model, s)
+        typer.echo(json.dumps(counts))
+        rows = rd.rows(RunDir.PATCHING)
+        for r in patching_table(rows):
+            if (r["model"], r["task"]) == (model, task):
+                typer.echo(f"{r['direction']:<12} layer {r['layer']:>3}: continued drawing {r['rate']:.3f} over {r['cuts']} cuts")
+        typer.echo(f"plot: {plot_patching(rd, rows, task)}")
+
+
+@app.command()
+def steer(
+    run: RunOpt,
+    layer: int = typer.Option(..., "--layer", help="Layer whose resid_pre is steered (and whose probe gives the direction)."),
+    model: ModelOpt = "smollm2-135m-instruct",
+    task: TaskOpt = "layout",
+    region: str = typer.Option("left", "--region", help="left, right, top or bottom half of the 6x6 grid."),
+    strengths: list[float] = typer.Option([0.0, 0.25, 0.5], "--strength", help="Multiples of the layer's mean residual norm (repeat)."),
+    position: str = typer.Option("last", "--position", help="Probe position: subject, turn or last."),
+    samples: int = typer.Option(2, "--samples", min=1, help="Attempts per prompt and strength (sample 0 greedy)."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
+    seed: SeedOpt = 0,
+    limit: LimitOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
+) -> None:
+    """Steer generation along the probe direction for a region; print the region's occupancy per strength."""
+    from bench.canvas.regions import REGIONS
+    from experiments.stages.steer import SteerSettings, steer_stage
+
+    if region not in REGIONS:
+        fail(f"--region must be one of {', '.join(REGIONS)}")
+    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+    if not 0 <= layer < rt.info.n_layers:
+        fail(f"--layer must be in 0..{rt.info.n_layers - 1}")
+    s = SteerSettings(layer=layer, task=task, region=region, strengths=tuple(strengths), position=position, samples=samples,
+                      temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
+    with run_writer(run, "ambench steer") as rd:
+        try:
+            summary = steer_stage(rt, rd, s, model)
+        except (ValueError, FileNotFoundError) as e:
+            fail(str(e))
+    for r in summary:
+        typer.echo(json.dumps(r))

@@ -1,0 +1,146 @@
+"""What every `ambench` command shares: the app, one-sentence errors, option types, models and run directories.
+
+Heavy imports (torch, transformers) happen inside the commands that need them, so `ambench render` and
+the scoring commands start in well under a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Optional
+
+import typer
+
+app = typer.Typer(
+    name="ambench",
+    help="AM-Bench: do text-only language models plan 2D layouts? (canvas medium, sandbox, scoring, probes)",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+@app.callback()
+def _root() -> None:
+    """AM-Bench command line."""
+
+
+MODEL_HELP = ("smollm2-135m-instruct, gemma3-270m, organism:NAME, a local Hugging Face folder, "
+              "or a hub name in the local cache.")
+
+# option types shared by the commands (one declaration each)
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu, cuda, cuda:1 ... (default: cuda if present).")]
+DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", help="float32, bfloat16, float16 (default: bf16 on GPU, fp32 on CPU).")]
+CompatOpt = Annotated[bool, typer.Option("--compat/--no-compat", help="TransformerLens compatibility mode (processed weights).")]
+RunOpt = Annotated[Path, typer.Option("--run", help="Run directory.")]
+OutRunOpt = Annotated[Path, typer.Option("--out", help="Run directory; an existing one is resumed.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Run seed; every random draw derives from it and is recorded.")]
+LimitOpt = Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N.")]
+TaskOpt = Annotated[str, typer.Option("--task", help="translation or layout (stages are per task).")]
+TrustOpt = Annotated[bool, typer.Option("--trust-remote-code",
+                                        help="Run the model folder's own modeling code (auto_map), e.g. the original GLM-4 9B; "
+                                             "only code you trust.")]
+DeviceMapOpt = Annotated[Optional[str], typer.Option("--device-map",
+                                                     help="auto: spread the blocks over every visible GPU (default: all on --device).")]
+QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="8bit or 4bit weights through bitsandbytes (GPU).")]
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print a one-sentence usage error and exit non-zero."""
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(code)
+
+
+def errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that carry a sentence for the user (raised at a boundary)."""
+    from activations.base import StoreError
+    from experiments.rundir import RunError
+    from experiments.stages.translation import InputError
+    from interp.prompts import PromptError
+
+    out: list[type[BaseException]] = [RunError, StoreError, PromptError, InputError]
+    try:
+        from interp.models import ModelError
+
+        out.append(ModelError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def boundary() -> Iterator[None]:
+    """Turn the errors meant for people into one sentence and exit code 2 (never a traceback)."""
+    try:
+        yield
+    except errors() as e:
+        fail(str(e))
+
+
+@contextlib.contextmanager
+def run_writer(path: Path, command: str) -> Iterator[Any]:
+    """The run directory opened for writing: its lock held for the whole command."""
+    from experiments.rundir import RunDir
+
+    with boundary():
+        rd = RunDir.writer(path, command)
+    try:
+        with boundary():
+            yield rd
+    finally:
+        rd.close()
+
+
+def read_text(source: str) -> str:
+    if source == "-":
+        return sys.stdin.read()
+    path = Path(source)
+    if not path.is_file():
+        fail(f"no such file: {source} (give a file holding model text, or - for stdin)")
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        fail(f"cannot read {source}: {e.strerror}")
+    return ""
+
+
+def load_items(task: Optional[str], prompts: Optional[Path], limit: Optional[int]) -> list[Any]:
+    """Prompt items from a prompt file (any task label) or a built-in set, validated before anything is written."""
+    from interp.prompts import PromptError, layout_items, load_prompts, translation_items
+
+    try:
+        if prompts is not None:
+            items = load_prompts(prompts, task)
+        elif task == "translation":
+            from bench.translation.references import load_references
+
+            items = translation_items([r.id for r in load_references("sampled")])
+        elif task == "layout":
+            items = layout_items()
+        else:
+            fail("give --prompts FILE or --task translation|layout")
+    except PromptError as e:
+        fail(str(e))
+    return items[:limit] if limit else items
+
+
+def runtime(model: str, device: Optional[str], dtype: Optional[str], compat: bool = False, trust_remote_code: bool = False,
+            device_map: Optional[str] = None, quantize: Optional[str] = None) -> Any:
+    from experiments.study import check_models
+    from interp.runtime import Runtime, describe
+
+    typer.echo(f"loading {model} ...", err=True)
+    with boundary():
+        check_models((model,))
+        rt = Runtime.load(model, device=device, dtype=dtype, compat=compat, trust_remote_code=trust_remote_code,
+                          device_map=device_map, quantize=quantize)
+    typer.echo(f"loaded {describe(rt)}", err=True)
+    return rt
+
+
+def bar(total: Optional[int], desc: str, unit: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=None)

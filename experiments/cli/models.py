@@ -1,0 +1,110 @@
+"""`ambench generate` and `ambench capture`: the model-running commands over a prompt set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from experiments.cli.common import (CompatOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, OutRunOpt, QuantizeOpt, SeedOpt,
+                                    TrustOpt, app, bar, boundary, fail, load_items, run_writer, runtime)
+
+PromptsOpt = typer.Option(None, "--prompts", help="Prompt file (JSONL: id, text, task, subject; any task label).")
+TaskSetOpt = typer.Option(None, "--task", help="translation or layout (the built-in prompt set when --prompts is not given).")
+
+
+@app.command()
+def generate(
+    out: OutRunOpt,
+    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m"),
+    task: Optional[str] = TaskSetOpt,
+    prompts: Optional[Path] = PromptsOpt,
+    samples: int = typer.Option(10, "--samples", "-n", min=0, help="Sampled attempts per prompt, besides the greedy one."),
+    protocol: str = typer.Option("auto", "--protocol", help="auto, zero-shot, few-shot or completion."),
+    shots: int = typer.Option(2, "--shots", min=0, help="Worked examples for few-shot and completion."),
+    output: str = typer.Option("canvas", "--output", help="canvas (Python canvas code) or svg (raw SVG, the medium ablation)."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Temperature of the sampled attempts."),
+    seed: SeedOpt = 0,
+    max_new_tokens: int = typer.Option(384, "--max-new-tokens", min=1),
+    batch_size: int = typer.Option(8, "--batch-size", min=1),
+    limit: LimitOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    compat: CompatOpt = False,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
+    check: bool = typer.Option(True, "--check/--no-check", help="Render the attempts (RUN/renders/) and print validity."),
+) -> None:
+    """Generate 1 greedy + N sampled programs per prompt into RUN/generations.jsonl (resumable)."""
+    import time
+
+    from experiments.rundir import RunDir
+    from experiments.stages.generate import GenerateSettings, generate_stage
+
+    if output not in ("canvas", "svg"):
+        fail("--output must be canvas or svg")
+    items = load_items(task, prompts, limit)
+    settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots, output)
+    rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
+    with run_writer(out, "ambench generate") as rd:
+        t0, tokens = time.perf_counter(), [0]
+        with bar(len(items) * (samples + 1), f"generate {model}", "attempt") as b:
+            def progress(n: int, new_tokens: int) -> None:
+                tokens[0] += new_tokens
+                b.set_postfix_str(f"{tokens[0] / max(time.perf_counter() - t0, 1e-9):.1f} tok/s")
+                b.update(n)
+
+            counts = generate_stage(rt, items, rd, settings, model=model, progress=progress,
+                                    say=lambda m: typer.echo(m, err=True))
+        typer.echo(json.dumps(counts))
+        if check:  # renders every new attempt into RUN/renders/ (reused by later stages), then counts outcomes
+            from experiments.stages.render import read_renders, render_stage, validity
+
+            render_stage(rd)
+            ids = {(i.task, i.id) for i in items}
+            rows = [r for r in rd.rows(RunDir.GENERATIONS) if r["model"] == model and (r["task"], r["prompt_id"]) in ids]
+            for (m, t, p), v in sorted(validity(rows, read_renders(rd)).items()):
+                typer.echo(f"{m} {t} {p}: {v['valid']}/{v['attempts']} valid ({100 * v['valid_rate']:.1f}%) "
+                           f"{json.dumps(v['outcomes'], sort_keys=True)}")
+
+
+@app.command()
+def capture(
+    out: OutRunOpt,
+    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m"),
+    task: Optional[str] = TaskSetOpt,
+    prompts: Optional[Path] = PromptsOpt,
+    protocol: str = typer.Option("auto", "--protocol", help="The protocol the generations used (positions follow it)."),
+    shots: int = typer.Option(2, "--shots", min=0),
+    store_dtype: str = typer.Option("float32", "--store-dtype", help="float32 or float16 on disk."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1),
+    limit: LimitOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    compat: CompatOpt = False,
+    final_site: str = typer.Option("pre-norm", "--final-site",
+                                   help="The last site: pre-norm (the last block's output) or post-norm (the final norm's output)."),
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
+) -> None:
+    """Capture the residual stream (every layer, 3 token positions per prompt) into RUN/activations/<model>/."""
+    from activations.store import ActivationStore
+    from experiments.stages.capture import CaptureSettings, capture_stage
+
+    if store_dtype not in ("float32", "float16"):
+        fail("--store-dtype must be float32 or float16")
+    if final_site not in ("pre-norm", "post-norm"):
+        fail("--final-site must be pre-norm or post-norm")
+    items = load_items(task, prompts, limit)
+    rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
+    with run_writer(out, "ambench capture") as rd:
+        with bar(len(items), f"capture {model}", "prompt") as b:
+            path = capture_stage(rt, items, rd, CaptureSettings(protocol, shots, store_dtype, batch_size, final_site), model, b.update,
+                                 say=lambda m: typer.echo(m, err=True))
+        with boundary():
+            st = ActivationStore(path)
+        typer.echo(f"{path}: {st.shape[0]} prompts x {st.shape[1]} layers x {st.shape[2]} positions x {st.shape[3]} ({store_dtype})")

@@ -1,0 +1,83 @@
+"""`ambench run` and `ambench merge`: the whole study as one resumable command, and shards put back together."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from experiments.cli.common import DeviceMapOpt, DeviceOpt, DtypeOpt, QuantizeOpt, TrustOpt, app, boundary, fail
+
+
+@app.command("run")
+def run_cmd(
+    models: Optional[list[str]] = typer.Option(None, "--model", "-m", help="Model(s) to study (repeat the option)."),
+    preset: str = typer.Option("quick", "--preset", help="quick (embedded model, small stratified subset, minutes on a CPU) or paper."),
+    out: Path = typer.Option(Path("runs/study"), "--out", help="Run directory; rerunning the same command resumes it."),
+    seed: int = typer.Option(0, "--seed"),
+    translation_prompts: Optional[int] = typer.Option(None, "--translation-prompts", min=0, help="Override the preset."),
+    layout_per_subcategory: Optional[int] = typer.Option(None, "--layout-per-subcategory", min=0, max=10),
+    samples: Optional[int] = typer.Option(None, "--samples", min=0, help="Sampled layout attempts per prompt besides the greedy one."),
+    translation_samples: Optional[int] = typer.Option(None, "--translation-samples", min=0,
+                                                      help="Sampled translation attempts per reference besides the greedy one."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1),
+    protocol: Optional[str] = typer.Option(None, "--protocol"),
+    svg: Optional[bool] = typer.Option(None, "--svg/--no-svg", help="Also run the SVG arm (default: on in the paper preset)."),
+    continuations: Optional[int] = typer.Option(None, "--continuations", min=1, help="Continuations per intervention arm and cut."),
+    intervene_cuts: Optional[int] = typer.Option(None, "--intervene-cuts", min=0, help="Intervention cuts per model (0: every cut)."),
+    intervene_tokens: Optional[int] = typer.Option(None, "--intervene-tokens", min=1, help="Tokens per continuation."),
+    patch_cuts: Optional[int] = typer.Option(None, "--patch-cuts", min=0, help="Patching cuts per model (0: every cut)."),
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
+    judge_url: Optional[str] = typer.Option(None, "--judge-url", help="OpenAI-compatible VLM endpoint; judging runs when given."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model"),
+    shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only this shard's work units (for batch schedulers)."),
+    backend: str = typer.Option("local", "--backend", help="local, or ray (every model stage as sharded Ray tasks)."),
+    shards: int = typer.Option(2, "--shards", min=1, help="Ray backend: number of shard tasks."),
+) -> None:
+    """The whole study as one resumable command: generate, score, capture, probe, intervene, report."""
+    from experiments.study import StudyConfig, parse_shard, run_ray, run_study
+
+    if backend not in ("local", "ray"):
+        fail("--backend must be local or ray")
+    if backend == "ray" and shard:
+        fail("--shard is for batch schedulers; the ray backend shards by itself (--shards N)")
+    try:
+        c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
+                                    layout_per_subcategory=layout_per_subcategory, samples=samples,
+                                    translation_samples=translation_samples, max_new_tokens=max_new_tokens, protocol=protocol,
+                                    svg=svg, continuations=continuations, intervene_cuts=intervene_cuts,
+                                    intervene_tokens=intervene_tokens, patch_cuts=patch_cuts, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
+                                    trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize)
+        sh = parse_shard(shard) if shard else None
+    except ValueError as e:
+        fail(str(e))
+    say = lambda m: typer.echo(m, err=True)  # noqa: E731
+    with boundary():
+        if backend == "ray":
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                fail("the ray backend needs Ray: pip install 'ray>=2.9' (or .[ray])")
+            summary = run_ray(c, out, shards, say)
+        else:
+            summary = run_study(c, out, sh, say=say)
+    typer.echo(json.dumps(summary, indent=1, sort_keys=True))
+
+
+@app.command()
+def merge(
+    shards: list[Path] = typer.Argument(..., help="Shard run directories made with --shard i/n."),
+    out: Path = typer.Option(..., "--out", help="Merged run directory (new, or an earlier merge of the same shards)."),
+) -> None:
+    """Merge shard run directories into one, in the order an unsharded run writes; then rerun `ambench run` on it."""
+    from experiments.study import merge_runs
+
+    with boundary():
+        counts = merge_runs(shards, out)
+    typer.echo(json.dumps(counts))

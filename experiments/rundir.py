@@ -1,0 +1,463 @@
+"""The run directory: one object owns its file names, its lock, its rows and its settings record.
+
+A run directory holds everything one study writes (`docs/study.md` lists the files). `RunDir` is the
+only place that knows a file's name, reads or writes a JSONL row, writes a file atomically, records
+settings in `config.json`, builds the attempt key and derives seeds; stages ask it.
+
+- **One writer.** `RunDir.writer(path, command)` takes an exclusive lock (`flock` on `RUN/.lock`,
+  released by the kernel when the process ends, so a killed run leaves no stale lock) for the whole
+  command; a second writer is refused with one sentence naming the holder. Readers take no lock and
+  never write: a torn last line (a writer killed mid-write) is skipped when reading and repaired only
+  by the lock holder.
+- **Checked rows.** Every JSONL row the run writes carries `_crc`, the CRC-32 of its other fields'
+  canonical JSON; a row that fails it is reported with the file and line ("edited or corrupted"),
+  never used silently.
+- **Content-keyed resume.** Rows of resumable stages carry `input`, a hash of what produced them
+  (the prompt text, the settings, the model's weights digest, the attempt's text...). A stage resumes
+  a unit only when both the key and the input hash match; a stale row is dropped and recomputed.
+- **Atomic files.** Whole files are written to a temporary name, fsynced and renamed.
+
+An attempt is identified by `AttemptKey` (model, task, protocol, medium, prompt id, sample), in that
+order, with one spelling everywhere: resume checks, the `key` column of the render store, the seeds of
+derived work (continuations, patching, steering) and the grouping of every table. A key that leaves a
+field out is how a second model's work was once silently skipped (its programs coincided with the
+first model's), so derived stages key their units on the whole attempt key plus their own fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import zlib
+from pathlib import Path
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+#: the canvas medium of the paper; SVG attempts have medium "svg"; other canvas media (v1-48, outline)
+#: are named as `bench.canvas.medium.get_medium` names them
+DEFAULT_MEDIUM = "v1"
+
+
+class RunError(ValueError):
+    """A run directory that cannot be used as asked (one sentence for the user)."""
+
+
+class AttemptKey(NamedTuple):
+    model: str
+    task: str
+    protocol: str
+    medium: str
+    prompt_id: str
+    sample: int
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> "AttemptKey":
+        """The key of a row of generations.jsonl (or of any row that carries the attempt's fields)."""
+        return cls(str(row["model"]), str(row["task"]), str(row["protocol"]), str(row.get("medium", DEFAULT_MEDIUM)),
+                   str(row["prompt_id"]), int(row["sample"]))
+
+    @property
+    def json(self) -> str:
+        """The key as stored in the render store (a JSON list in field order)."""
+        return json.dumps(list(self))
+
+    @property
+    def arm(self) -> str:
+        """The generation arm: `protocol` for the paper's canvas medium, `medium/protocol` otherwise."""
+        return self.protocol if self.medium == DEFAULT_MEDIUM else f"{self.medium}/{self.protocol}"
+
+    def fields(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+def arm_of(row: Mapping[str, Any]) -> str:
+    return AttemptKey.of(row).arm
+
+
+def parse_arm(label: str) -> tuple[str, str]:
+    """(medium, protocol) of an arm label such as `few-shot-2` or `svg/few-shot-2`."""
+    medium, sep, protocol = label.rpartition("/")
+    return (medium if sep else DEFAULT_MEDIUM), protocol
+
+
+def derive_seed(*key: Any) -> int:
+    """A 60-bit seed from sha256 of the JSON of `key`: the same key, the same seed, on any machine."""
+    return int(hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:15], 16)
+
+
+def content_hash(*parts: Any) -> str:
+    """A short hash of what produced a row (JSON of the parts), for content-keyed resume."""
+    return hashlib.sha256(json.dumps(list(parts), sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+
+
+def safe_name(model: str) -> str:
+    """A file name for a model name or path (the activation store's name)."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model.strip("/"))[-80:]
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def _crc(row: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in row.items() if k != "_crc"}
+    return f"{zlib.crc32(json.dumps(body, sort_keys=True, ensure_ascii=False).encode('utf-8')) & 0xFFFFFFFF:08x}"
+
+
+def encode_row(row: Mapping[str, Any]) -> str:
+    """One JSONL line: sorted keys, raw unicode, and its checksum."""
+    body = {k: v for k, v in row.items() if k != "_crc"}
+    return json.dumps({**body, "_crc": _crc(body)}, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _split(data: bytes) -> tuple[list[bytes], bytes]:
+    """(complete lines, the bytes after the last newline)."""
+    cut = data.rfind(b"\n") + 1
+    # split at "\n" only: str.splitlines would also split at U+2028 and other separators that a model's
+    # text carries inside a JSON string (rows are written with ensure_ascii=False)
+    return data[:cut].split(b"\n")[:-1], data[cut:]
+
+
+def parse_rows(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """(rows, length of the valid prefix in bytes). A last line without its newline is kept when it is a
+    whole row with a good checksum and dropped (a torn write) otherwise; any other bad line is an error."""
+    lines, tail = _split(data)
+    rows: list[dict[str, Any]] = []
+    good = 0
+    for n, line in enumerate(lines, 1):
+        good += len(line) + 1
+        if not line.strip():
+            continue
+        rows.append(_decode(path, n, line))
+    if tail.strip():
+        try:
+            row = _decode(path, len(lines) + 1, tail)
+        except RunError:
+            return rows, good  # a torn last line: the write that a kill interrupted
+        rows.append(row)
+        good += len(tail)
+    return rows, good
+
+
+def _decode(path: Path, n: int, line: bytes) -> dict[str, Any]:
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RunError(f"{path}: line {n} is not JSON; the file was edited or corrupted") from None
+    if not isinstance(row, dict):
+        raise RunError(f"{path}: line {n} is not a JSON object; the file was edited or corrupted")
+    if "_crc" in row:
+        if row["_crc"] != _crc(row):
+            raise RunError(f"{path}: line {n} fails its checksum; the file was edited or corrupted")
+        row = {k: v for k, v in row.items() if k != "_crc"}
+    return row
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL file (read-only: the file is never changed; a torn last line is skipped)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    if path.is_dir():
+        raise RunError(f"{path} is a folder, not a JSONL file")
+    return parse_rows(path, path.read_bytes())[0]
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write a whole file: a temporary name in the same folder, fsync, rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- the directory
+
+
+class RunDir:
+    """A run directory: file names, the lock, checked JSONL rows, atomic writes and the settings record."""
+
+    # every file name of a run, in one place
+    CONFIG = "config.json"
+    GENERATIONS = "generations.jsonl"
+    PROMPTS = "prompts.jsonl"
+    RENDERS = "renders"
+    TRANSLATION_REFS = "translation_refs.jsonl"
+    TRANSLATION_SCORES = "translation_scores.jsonl"
+    LAYOUT_TABLE = "layout_table.json"
+    MEDIA_TABLE = "media_table.json"
+    JUDGE_SCORES = "judge_scores.jsonl"
+    JUDGE_CACHE = "judge_cache.jsonl"
+    PROBES = "probes.jsonl"
+    PROBE_PLOTS = "probes"
+    INTERVENTIONS = "interventions.jsonl"
+    CUTS = "intervention_cuts.jsonl"
+    PATCHING = "patching.jsonl"
+    INTERVENTIONS_TABLE = "interventions_table.json"
+    STEERING = "steering.jsonl"
+    SUMMARY = "summary.json"
+    REPORT = "report/index.html"
+    SVG_NATIVE = "svg_native"
+    ACTIVATIONS = "activations"
+    SHARDS = "shards"
+    LOCK = ".lock"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock_fd: int | None = None
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r}{', locked' if self.writable else ''})"
+
+    # ------------------------------------------------------------------ names
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def activations(self, model: str) -> Path:
+        """The activation store (a folder of parts) of one model."""
+        return self.path / self.ACTIVATIONS / safe_name(model)
+
+    def activation_stores(self) -> list[Path]:
+        folder = self.path / self.ACTIVATIONS
+        return sorted(p for p in folder.iterdir() if (p / "meta.json").is_file()) if folder.is_dir() else []
+
+    @property
+    def writable(self) -> bool:
+        return self._lock_fd is not None
+
+    # ------------------------------------------------------------------ the lock
+
+    @classmethod
+    def writer(cls, path: str | Path, command: str | None = None) -> "RunDir":
+        """Open `path` for writing: create it and hold its exclusive lock until `close()` (or process exit)."""
+        import fcntl
+
+        run = cls(path)
+        if run.path.exists() and not run.path.is_dir():
+            raise RunError(f"{run.path} is a file, not a run directory: give a folder with --out")
+        try:
+            run.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunError(f"cannot create the run directory {run.path}: {e.strerror}") from None
+        fd = os.open(run.path / cls.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip()
+            os.close(fd)
+            try:
+                h = json.loads(holder)
+                who = f"process {h.get('pid')} on {h.get('host')} ({h.get('command')})"
+            except (json.JSONDecodeError, AttributeError):
+                who = "another process"
+            raise RunError(f"{run.path} is in use by {who}; wait for it to finish or stop it, "
+                           "or use another --out") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "command": command or " ".join(sys.argv[:3])}).encode())
+        run._lock_fd = fd
+        return run
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            import fcntl
+
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _need_lock(self) -> None:
+        if self._lock_fd is None:
+            raise RunError(f"{self.path} was opened read-only; writing needs RunDir.writer (the run's lock)")
+
+    # ------------------------------------------------------------------ rows
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        """The rows of a run file (read-only)."""
+        return read_rows(self.file(name))
+
+    def append(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append rows (one write, flushed and fsynced); a torn tail left by a killed writer is cut first."""
+        self._need_lock()
+        path = self.file(name)
+        self.repair(name)
+        if not rows:
+            return
+        blob = "".join(encode_row(r) for r in rows)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def repair(self, name: str) -> int:
+        """Cut a torn last line, or end a whole last row with its newline (lock holder only); returns the
+        number of bytes cut."""
+        self._need_lock()
+        path = self.file(name)
+        if not path.exists():
+            return 0
+        data = path.read_bytes()
+        _, good = parse_rows(path, data)
+        if good < len(data):
+            with open(path, "r+b") as f:
+                f.truncate(good)
+            return len(data) - good
+        if data and not data.endswith(b"\n"):
+            with open(path, "ab") as f:
+                f.write(b"\n")
+        return 0
+
+    def write_rows(self, name: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Replace a run file with these rows, atomically."""
+        self._need_lock()
+        atomic_write(self.file(name), "".join(encode_row(r) for r in rows))
+
+    def write_json(self, name: str, obj: Any) -> None:
+        self._need_lock()
+        atomic_write(self.file(name), json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+
+    def write_text(self, name: str, text: str) -> None:
+        self._need_lock()
+        atomic_write(self.file(name), text)
+
+    def save_figure(self, fig: Any, name: str) -> Path:
+        """Save a matplotlib figure as a PNG of the run, atomically (no timestamps in the file)."""
+        import io
+
+        self._need_lock()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", metadata={"Software": None})
+        atomic_write(self.file(name), buf.getvalue())
+        return self.file(name)
+
+    def json(self, name: str) -> Any:
+        """A JSON file of the run, or None when it is absent."""
+        path = self.file(name)
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RunError(f"{path} is not valid JSON; the file was edited or corrupted") from None
+
+    # ------------------------------------------------------------------ prompts
+
+    def prompts(self) -> dict[tuple[str, str], Any]:
+        """(task, id) -> the prompt item recorded in prompts.jsonl (empty for a run without it)."""
+        from interp.prompts import PromptItem
+
+        return {(r["task"], r["id"]): PromptItem(r["id"], r["task"], r["text"], r.get("subject", ""))
+                for r in self.rows(self.PROMPTS)}
+
+    def record_prompts(self, items: Sequence[Any]) -> None:
+        """Record the prompt items a stage uses (id, task, text, subject), so that later stages (the text
+        baseline, interventions, steering) read the very texts the model saw, whatever prompt file they came
+        from. A prompt id of a task that comes back with another text is refused."""
+        known = {(r["task"], r["id"]): r for r in self.rows(self.PROMPTS)}
+        new = []
+        for it in items:
+            row = {"id": it.id, "task": it.task, "text": it.text, "subject": it.subject}
+            old = known.get((it.task, it.id))
+            if old is None:
+                known[(it.task, it.id)] = row
+                new.append(row)
+            elif old != row:
+                raise RunError(f"{self.path} already has {it.task} prompt {it.id!r} with another text or subject; "
+                               "use another --out for another prompt set")
+        self.append(self.PROMPTS, new)
+
+    def prompt_item(self, task: str, prompt_id: str) -> Any:
+        """The prompt item of (task, id): recorded in the run, else built in; a clear error otherwise."""
+        from interp.prompts import items_by_id
+
+        item = self.prompts().get((task, prompt_id))
+        if item is None:
+            builtin = items_by_id().get(prompt_id)
+            if builtin is not None and builtin.task == task:
+                return builtin
+            raise RunError(f"no text for {task} prompt {prompt_id!r} in {self.path / self.PROMPTS} or built in")
+        return item
+
+    # ------------------------------------------------------------------ settings
+
+    def config(self) -> dict[str, Any]:
+        cfg = self.json(self.CONFIG)
+        if cfg is None:
+            return {}
+        if not isinstance(cfg, dict):
+            raise RunError(f"{self.file(self.CONFIG)} is not a JSON object; the file was edited or corrupted")
+        return cfg
+
+    def record_config(self, section: str, settings: dict[str, Any]) -> None:
+        """Record a stage's settings in config.json; refuse to continue a stage with other settings."""
+        self._need_lock()
+        config = self.config()
+        stages = config.setdefault("stages", {})
+        old = stages.get(section)
+        if old is not None and old != settings:
+            changed = sorted(_diff(old, settings))
+            raise RunError(f"{self.path} already has stage {section!r} with other settings ({', '.join(changed)}); "
+                           "use another --out to change them")
+        if old is None:
+            stages[section] = settings
+            self.write_json(self.CONFIG, config)
+
+
+def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the keys whose values differ between two nested dicts."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in set(a) | set(b):
+            out += _diff(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+# --------------------------------------------------------------------------- helpers for stages
+
+
+class writing:
+    """`with writing(run) as rd:` gives a locked RunDir: `run` itself when it already holds the lock (a
+    command opened it), else a writer opened for the block (a stage called directly, e.g. from Python)."""
+
+    def __init__(self, run: "str | Path | RunDir", command: str | None = None) -> None:
+        self.given = run if isinstance(run, RunDir) else None
+        self.path = run.path if isinstance(run, RunDir) else Path(run)
+        self.command = command
+        self.opened: RunDir | None = None
+
+    def __enter__(self) -> RunDir:
+        if self.given is not None and self.given.writable:
+            return self.given
+        self.opened = RunDir.writer(self.path, self.command)
+        return self.opened
+
+    def __exit__(self, *exc: object) -> None:
+        if self.opened is not None:
+            self.opened.close()
+
+
+def reading(run: "str | Path | RunDir") -> RunDir:
+    """A RunDir to read from (no lock; nothing is written)."""
+    return run if isinstance(run, RunDir) else RunDir(run)
+
+
+def answer_text(row: Mapping[str, Any]) -> str:
+    """What the program extractor should read: the prompt's open fence (if any) plus the generated text."""
+    return row.get("prefix", "") + row["text"]
+

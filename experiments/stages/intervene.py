@@ -1,0 +1,407 @@
+"""Interventions (Exp. 3, stage 2): splice coordinates into a model's own code and watch it continue.
+
+Interventions are per task (layout by default, as the paper). Sources: every valid canvas attempt of
+the model on the task, greedy and sampled (the paper's 731 generations for two models need them), that
+has a spliceable drawing statement. The cut is after the last spliceable top-level drawing statement
+(the completed picture, as in the paper; `cut="all"` cuts after each one). Every source attempt and cut
+is recorded in `RUN/intervention_cuts.jsonl` with whether its statement carries a same-line comment
+(kept byte-identical when the statement moves, and flagged: the paper stratified comments), whether
+the program had more code after the cut, the splice identity check of each moved arm, or the reason it
+was excluded (no spliceable statement, e.g. code inside a `def`; no qualifying displacement; a splice
+error). For each cut, the four arms of `bench.intervene.splice.cut_arms`; for each arm, N continuations
+(paper: 9), seeded by sha256(run seed, attempt key, cut, arm, k), sampled at the generation temperature through
+`Runtime.continue_batch`, which computes the shared prefix (prompt + code before the cut statement)
+once for all arms and continuations of a cut. A continuation *continued drawing* when it emits at
+least one more primitive call before its code block closes.
+
+Model input for an arm: the prompt's tokens, then the answer text up to the cut with the arm's
+statement, tokenised in two pieces (the code before the cut statement, then the statement line) so
+that every arm shares the first piece. Rows go to `RUN/interventions.jsonl`, one per continuation,
+written a cut at a time, keyed by the whole attempt key (model, task, protocol, medium, prompt, sample)
+and the cut: resumable (finished cuts are skipped), and two models' cuts never shadow each other.
+
+`ambench patch` (`patch_stage`) goes beyond the paper: for cuts whose moved and as-is statement
+lines have the same number of tokens, it replaces the residual stream (resid_pre of layer L) at
+the statement's token positions of one arm with the other arm's, for every layer L, and samples
+continuations; the continuation rate per layer shows which layers carry the geometric state.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from bench.intervene.splice import ARMS, MOVES, continued_drawing, cut_arms, statements, strip_digits
+from bench.sandbox.boundary import clean_text
+from experiments.rundir import AttemptKey, RunDir, answer_text, content_hash, derive_seed, reading, writing
+from experiments.stages.render import read_renders, render_stage, row_key
+from interp.prompts import PromptItem, Protocol, build, items_by_id
+
+INTERVENTIONS = RunDir.INTERVENTIONS
+CUTS = RunDir.CUTS
+#: why a source attempt gives no cut, or a cut lacks an arm
+EXCLUSIONS = ("no spliceable statement", *(f"no {m.name} displacement" for m in MOVES), "splice error")
+
+
+@dataclass(frozen=True)
+class InterveneSettings:
+    """How the intervention stage samples continuations (paper: 9 per arm at the generation temperature)."""
+
+    task: str = "layout"  #: interventions are per task; the paper's are on layout attempts
+    arms: tuple[str, ...] = ARMS  #: which of the four arms to continue
+    continuations: int = 9  #: continuations per arm and cut
+    temperature: float = 0.7  #: sampling temperature of the continuations
+    max_new_tokens: int = 96  #: tokens per continuation
+    seed: int = 0  #: every continuation's seed derives from it, the attempt key, the cut, the arm and k
+    cut: str = "last"  #: "last" (after the completed picture, as the paper) or "all" spliceable statements
+    samples: tuple[int, ...] | None = None  #: which attempts are sources (None: all valid ones, greedy and sampled)
+    limit: int | None = None  #: only the first N cuts (None: all)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def protocol_from_label(label: str, medium: str = "v1") -> Protocol:
+    if medium == "svg":
+        raise ValueError("SVG attempts have no canvas statements to splice")
+    if label == "zero-shot":
+        return Protocol("zero-shot", 0)
+    name, _, k = label.rpartition("-")
+    return Protocol(name, int(k))
+
+
+def plan_cuts(run: Any, model: str, task: str = "layout", samples: Iterable[int] | None = None, cut: str = "last",
+              limit: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(cuts, records) for the valid canvas attempts of `model` on `task`.
+
+    A cut is an (attempt, statement) with its arms. `records` has one row per source attempt and cut or
+    exclusion (written to RUN/intervention_cuts.jsonl): the attempt key, the cut, the statement, whether
+    it carries a comment, whether the program had more code after it, which arms exist, the splice
+    identity check of each moved arm, or the reason it was excluded (`EXCLUSIONS`). A splice that fails
+    is an exclusion, never an error of the stage."""
+    rd = reading(run)
+    if rd.writable:
+        render_stage(rd)
+    renders = read_renders(rd)
+    wanted = None if samples is None else set(samples)
+    cuts: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    for r in rd.rows(RunDir.GENERATIONS):
+        key = AttemptKey.of(r)
+        if key.model != model or key.task != task or key.medium == "svg" or (wanted is not None and key.sample not in wanted):
+            continue
+        rend = renders.get(row_key(r))
+        if rend is None or rend["outcome"] != "ok":
+            continue
+        if limit and len(cuts) >= limit:
+            break
+        base = {**key.fields()}
+        answer = answer_text(r)
+        try:
+            every = statements(answer)
+        except Exception as e:  # noqa: BLE001 - model text is hostile; one bad attempt is one exclusion
+            records.append({**base, "status": "excluded", "reason": "splice error", "detail": f"{type(e).__name__}"})
+            continue
+        stmts = [s for s in every if s.spliceable]
+        if not stmts:
+            records.append({**base, "status": "excluded", "reason": "no spliceable statement"})
+            continue
+        painted = np.any(rend["pixels"] != rend["background"], axis=-1)
+        for s in (stmts[-1:] if cut == "last" else stmts):
+            idx = every.index(s)
+            rec = {**base, "cut": idx, "statement": s.name, "comment": s.comment, "code_after": s.code_after}
+            try:
+                arms = cut_arms(answer, s, painted)
+            except Exception as e:  # noqa: BLE001
+                records.append({**rec, "status": "excluded", "reason": "splice error", "detail": f"{type(e).__name__}: {e}"[:200]})
+                continue
+            asis = next(a.prefix for a in arms if a.arm == "null-asis")
+            names = [a.arm for a in arms]
+            checks = {a.arm: strip_digits(a.prefix) == strip_digits(asis) and a.prefix != asis
+                      for a in arms if a.arm.startswith("moved")}
+            missing = [f"no {m.name} displacement" for m in MOVES if m.name not in names]
+            records.append({**rec, "status": "cut", "arms": names, "splice_identical": checks, "missing": missing})
+            cuts.append({"row": r, "key": key, "answer": answer, "stmt": s, "cut": idx, "arms": arms})
+            if limit and len(cuts) >= limit:
+                break
+    return cuts, records
+
+
+def _items(run: Any) -> Callable[[str, str], PromptItem]:
+    recorded = reading(run).prompts()
+    builtin = items_by_id()
+
+    def get(task: str, pid: str) -> PromptItem:
+        if (task, pid) in recorded:
+            return recorded[(task, pid)]
+        if pid in builtin and builtin[pid].task == task:
+            return builtin[pid]
+        raise ValueError(f"no prompt text for {task} prompt {pid!r} in {run} (prompts.jsonl) or built in")
+
+    return get
+
+
+def _tokens(rt: Any, cut: dict[str, Any], item: PromptItem) -> tuple[list[int], dict[str, list[int]]]:
+    r, key = cut["row"], cut["key"]
+    built = build(item, protocol_from_label(key.protocol, key.medium), rt.tokenizer, chat=rt.info.chat)
+    plen = len(r.get("prefix", ""))  # the prompt already holds an open fence: drop it from the answer
+    arms = {a.arm: a.prefix[plen:] for a in cut["arms"]}
+    shared_text = arms["null-empty"]
+    full = list(built.tokens) + (rt.tokenizer(shared_text, add_special_tokens=False)["input_ids"] if shared_text else [])
+    shared, last = full[:-1], full[-1]
+    suffixes = {}
+    for name, text in arms.items():
+        rest = text[len(shared_text):]
+        suffixes[name] = [last] + (rt.tokenizer(rest, add_special_tokens=False)["input_ids"] if rest else [])
+    return shared, suffixes
+
+
+def _write_records(rd: RunDir, model: str, task: str, records: list[dict[str, Any]]) -> None:
+    """RUN/intervention_cuts.jsonl: this model and task's records replace its earlier ones (the plan is a
+    function of the generations and renders, so a rerun writes the same rows)."""
+    keep = [x for x in rd.rows(CUTS) if (x["model"], x["task"]) != (model, task)]
+    rd.write_rows(CUTS, keep + records)
+
+
+def cut_input(c: dict[str, Any], s: Any) -> str:
+    """What a cut's continuations are made from: the source answer, the arms' texts and the settings."""
+    return content_hash(c["answer"], [(a.arm, a.prefix) for a in c["arms"]], s.continuations, s.temperature, s.max_new_tokens, s.seed)
+
+
+def intervene_stage(rt: Any, run: Any, model: str | None = None, s: InterveneSettings = InterveneSettings(),
+                    progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Continuations for every cut's arms into RUN/interventions.jsonl; returns counts computed from the rows
+    on disk. Work units are the cuts in plan order: resumable (a cut whose rows were made from the same
+    inputs is skipped; one made from other inputs is dropped and redone) and shardable (`shard=(i, n)`
+    runs the cuts whose index is i mod n)."""
+    with writing(run) as rd:
+        return _intervene(rt, rd, model or rt.info.name, s, progress, shard)
+
+
+def _intervene(rt: Any, rd: RunDir, model: str, s: InterveneSettings, progress: Callable[[int], None] | None,
+               shard: tuple[int, int] | None) -> dict[str, Any]:
+    from interp.runtime import Sampling, StopRule
+
+    bad = set(s.arms) - set(ARMS)
+    if bad:
+        raise ValueError(f"unknown arms {sorted(bad)}: use {', '.join(ARMS)}")
+    arms = [a for a in ARMS if a in set(s.arms)]
+    item = _items(rd)
+    cuts, records = plan_cuts(rd, model, s.task, s.samples, s.cut, s.limit)
+    if shard is None or shard[0] == 0:
+        _write_records(rd, model, s.task, records)
+    inputs = {(c["key"], c["cut"]): cut_input(c, s) for c in cuts}
+    rows = rd.rows(INTERVENTIONS)
+    stale = {(AttemptKey.of(x), x["cut"]) for x in rows if inputs.get((AttemptKey.of(x), x["cut"]), x.get("input")) != x.get("input")}
+    if stale:
+        rd.write_rows(INTERVENTIONS, [x for x in rows if (AttemptKey.of(x), x["cut"]) not in stale])
+        rows = rd.rows(INTERVENTIONS)
+    done = {(AttemptKey.of(x), x["cut"]) for x in rows}
+    for ci, c in enumerate(cuts):
+        key = c["key"]
+        if (shard is not None and ci % shard[1] != shard[0]) or (key, c["cut"]) in done:
+            if progress:
+                progress(1)
+            continue
+        shared, suffixes = _tokens(rt, c, item(key.task, key.prompt_id))
+        present = [a for a in c["arms"] if a.arm in arms]
+        rows_in, sfx, smp = [], [], []
+        for a in present:
+            for k in range(s.continuations):
+                seed = derive_seed(s.seed, *key, c["cut"], a.arm, k)
+                rows_in.append((a, k, seed))
+                sfx.append(suffixes[a.arm])
+                smp.append(Sampling(s.temperature, seed))
+        gens = rt.continue_batch(shared, sfx, smp, StopRule(max_new_tokens=s.max_new_tokens, open_fence=True))
+        out = []
+        for (a, k, seed), g in zip(rows_in, gens):
+            out.append({**key.fields(), "cut": c["cut"], "statement": c["stmt"].name, "comment": c["stmt"].comment,
+                        "code_after": c["stmt"].code_after, "arm": a.arm, "k": k, "seed": seed,
+                        "temperature": s.temperature, "dr": a.dr, "dc": a.dc, "distance": a.distance,
+                        "overlap": a.overlap, "continuation": clean_text(g.text), "stop": g.stop, "n_tokens": len(g.tokens),
+                        "continued": continued_drawing(g.text), "input": inputs[(key, c["cut"])]})
+        rd.append(INTERVENTIONS, out)
+        if progress:
+            progress(1)
+    return intervention_counts(rd, model, s.task)
+
+
+def intervention_counts(run: Any, model: str, task: str) -> dict[str, Any]:
+    """Counts of one model and task, from the rows written (never assumed)."""
+    rd = reading(run)
+    rows = [x for x in rd.rows(INTERVENTIONS) if (x["model"], x["task"]) == (model, task)]
+    recs = [x for x in rd.rows(CUTS) if (x["model"], x["task"]) == (model, task)]
+    cut_recs = [x for x in recs if x["status"] == "cut"]
+    checks = [ok for x in cut_recs for ok in x["splice_identical"].values()]
+    excluded: dict[str, int] = {}
+    for x in recs:
+        for reason in ([x["reason"]] if x["status"] == "excluded" else x["missing"]):
+            excluded[reason] = excluded.get(reason, 0) + 1
+    return {"model": model, "task": task, "cuts": len(cut_recs),
+            "cuts_with_rows": len({(AttemptKey.of(x), x["cut"]) for x in rows}), "continuations": len(rows),
+            "splices_byte_identical": f"{sum(checks)}/{len(checks)}", "excluded": excluded}
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _cluster_ci(per_prompt: dict[str, list[float]], n_boot: int, seed: int) -> list[float]:
+    """Prompt-clustered percentile 95% CI of the mean over all values (prompts resampled with replacement)."""
+    from interp.probes import bootstrap_counts
+
+    keys = sorted(per_prompt)
+    sums = np.array([np.sum(per_prompt[k]) for k in keys], dtype=float)
+    counts = np.array([len(per_prompt[k]) for k in keys], dtype=float)
+    w = bootstrap_counts(len(keys), n_boot, seed)
+    means = (w @ sums) / (w @ counts)
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    return [float(lo), float(hi)]
+
+
+def _cut_id(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (*AttemptKey.of(r), r["cut"])
+
+
+STRATA = (("all", lambda r: True), ("comment", lambda r: bool(r.get("comment"))),
+          ("no comment", lambda r: not r.get("comment")), ("code after cut", lambda r: bool(r.get("code_after"))),
+          ("no code after cut", lambda r: not r.get("code_after")))
+
+
+def arm_table(rows: list[dict[str, Any]], n_boot: int = 2000, n_perm: int = 2000, seed: int = 0,
+              strata: bool = False) -> list[dict[str, Any]]:
+    """Continued-drawing rates per (model, task, arm) and the paired delta of each arm vs null-asis.
+
+    `rate` is over all of the arm's continuations (unpaired); `paired_rate` and `paired_asis_rate` are over
+    the cuts that have both arms (the mean over those cuts of each cut's rate), so that
+    `paired_asis_rate -> paired_rate` is exactly `delta_vs_asis`. The delta has a prompt-clustered bootstrap
+    CI and a sign-flip permutation p (arm labels swapped within a cut, each cut independently, under the
+    sharp null), BH-adjusted across models and arms within each task and stratum. With `strata`, the table
+    repeats per stratum: statements with / without a same-line comment, programs with / without code
+    after the cut (the paper stratified comments)."""
+    from interp.probes import benjamini_hochberg
+
+    out = []
+    for sname, keep in (STRATA if strata else STRATA[:1]):
+        fam: list[dict[str, Any]] = []
+        for model, task in sorted({(r["model"], r.get("task", "layout")) for r in rows}):
+            mine = [r for r in rows if r["model"] == model and r.get("task", "layout") == task and keep(r)]
+            by_cut: dict[tuple, dict[str, list[float]]] = {}
+            for r in mine:
+                by_cut.setdefault(_cut_id(r), {}).setdefault(r["arm"], []).append(float(r["continued"]))
+            for arm in ARMS:
+                vals = [r for r in mine if r["arm"] == arm]
+                if not vals:
+                    continue
+                per_prompt: dict[str, list[float]] = {}
+                for r in vals:
+                    per_prompt.setdefault(r["prompt_id"], []).append(float(r["continued"]))
+                row: dict[str, Any] = {"model": model, "task": task, "stratum": sname, "arm": arm,
+                                       "continuations": len(vals), "cuts": len({_cut_id(r) for r in vals}),
+                                       "rate": float(np.mean([r["continued"] for r in vals])),
+                                       "rate_ci": _cluster_ci(per_prompt, n_boot, seed), "n_boot": n_boot, "seed": seed}
+                if arm != "null-asis":
+                    pairs = [(cid, c[arm], c["null-asis"]) for cid, c in sorted(by_cut.items()) if arm in c and "null-asis" in c]
+                    if pairs:
+                        a = np.array([np.mean(x) for _, x, _ in pairs])
+                        b = np.array([np.mean(y) for _, _, y in pairs])
+                        deltas = a - b
+                        per_prompt_delta: dict[str, list[float]] = {}
+                        for (cid, _, _), dlt in zip(pairs, deltas):
+                            per_prompt_delta.setdefault(cid[4], []).append(float(dlt))
+                        rng = np.random.default_rng(seed)
+                        signs = rng.choice([-1.0, 1.0], size=(n_perm, deltas.size))
+                        null = signs @ deltas / deltas.size
+                        obs = float(deltas.mean())
+                        row.update({"paired_cuts": len(pairs), "paired_rate": float(a.mean()),
+                                    "paired_asis_rate": float(b.mean()), "delta_vs_asis": obs,
+                                    "delta_ci": _cluster_ci(per_prompt_delta, n_boot, seed),
+                                    "p_perm": float((1 + np.sum(np.abs(null) >= abs(obs) - 1e-12)) / (1 + n_perm)),
+                                    "n_perm": n_perm, "mean_distance": float(np.mean([r["distance"] for r in vals]))})
+                fam.append(row)
+        tested = [r for r in fam if "p_perm" in r]
+        for task in sorted({r["task"] for r in tested}):
+            sel = [r for r in tested if r["task"] == task]
+            for r, q in zip(sel, benjamini_hochberg([r["p_perm"] for r in sel])):
+                r["q_bh"] = q
+        out += fam
+    return out
+
+
+def dose_response(rows: list[dict[str, Any]], bins: Iterable[float] = (0, 3, 5, 7, 10, 20)) -> list[dict[str, Any]]:
+    """Continuation rate of the moved arms by displacement distance bin, per model."""
+    edges = list(bins)
+    out = []
+    for model, task in sorted({(r["model"], r.get("task", "layout")) for r in rows}):
+        moved = [r for r in rows if r["model"] == model and r.get("task", "layout") == task and r["arm"].startswith("moved")]
+        for lo, hi in zip(edges, edges[1:]):
+            sel = [r for r in moved if lo <= r["distance"] < hi]
+            if sel:
+                out.append({"model": model, "task": task, "bin": [lo, hi], "continuations": len(sel),
+                            "rate": float(np.mean([r["continued"] for r in sel])),
+                            "mean_distance": float(np.mean([r["distance"] for r in sel]))})
+    return out
+
+
+def plot_interventions(rd: RunDir, table: list[dict[str, Any]], dose: list[dict[str, Any]], task: str = "layout") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = [r for r in table if r["task"] == task and r.get("stratum", "all") == "all"]
+    dose = [r for r in dose if r["task"] == task]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+    for model in sorted({r["model"] for r in table}):
+        t = [r for r in table if r["model"] == model]
+        xs = [ARMS.index(r["arm"]) for r in t]
+        a1.errorbar(xs, [r["rate"] for r in t], yerr=[[r["rate"] - r["rate_ci"][0] for r in t], [r["rate_ci"][1] - r["rate"] for r in t]],
+                    marker="o", capsize=3, label=model, ls="none")
+        d = [r for r in dose if r["model"] == model]
+        a2.plot([r["mean_distance"] for r in d], [r["rate"] for r in d], marker="o", label=model)
+    a1.set_xticks(range(len(ARMS)), ARMS, fontsize=8)
+    a1.set_ylabel("continued drawing")
+    a1.set_ylim(-0.05, 1.05)
+    a1.set_title(f"{task}: continuation rate per arm (prompt-bootstrap 95% CI)", fontsize=9)
+    a2.set_xlabel("displacement (cells)")
+    a2.set_ylabel("continued drawing (moved arms)")
+    a2.set_ylim(-0.05, 1.05)
+    a2.set_title("dose-response", fontsize=9)
+    a1.legend(fontsize=7)
+    fig.tight_layout()
+    out = rd.save_figure(fig, f"interventions-{task}.png")
+    plt.close(fig)
+    return out
+
+
+def summarise_interventions(run: Any, seed: int = 0, n_boot: int = 2000, n_perm: int = 2000) -> dict[str, Any] | None:
+    """Write RUN/interventions_table.json (arms, strata, dose-response, counts and exclusions per model and
+    task, patching) and the plots, from the rows on disk; None without rows."""
+    from experiments.stages.patch import patching_table, plot_patching
+
+    with writing(run) as rd:
+        return _summarise(rd, seed, n_boot, n_perm, patching_table, plot_patching)
+
+
+def _summarise(rd: RunDir, seed: int, n_boot: int, n_perm: int, patching_table: Any, plot_patching: Any) -> dict[str, Any] | None:
+    run = rd
+    rows = rd.rows(INTERVENTIONS)
+    if not rows:
+        return None
+    table = arm_table(rows, n_boot=n_boot, n_perm=n_perm, seed=seed, strata=True)
+    dose = dose_response(rows)
+    pairs = sorted({(r["model"], r["task"]) for r in rows} | {(r["model"], r["task"]) for r in rd.rows(CUTS)})
+    out: dict[str, Any] = {"arms": [r for r in table if r["stratum"] == "all"], "strata": [r for r in table if r["stratum"] != "all"],
+                           "dose_response": dose, "counts": [intervention_counts(run, m, t) for m, t in pairs]}
+    patch_rows = rd.rows(RunDir.PATCHING)
+    if patch_rows:
+        out["patching"] = patching_table(patch_rows)
+    rd.write_json(RunDir.INTERVENTIONS_TABLE, out)
+    for task in sorted({r["task"] for r in rows}):
+        plot_interventions(run, table, dose, task)
+    for task in sorted({r["task"] for r in patch_rows}):
+        plot_patching(run, patch_rows, task)
+    return out

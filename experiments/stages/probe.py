@@ -1,0 +1,382 @@
+"""The probe stage (Exp. 3, stage 1): consensus targets from a run's renders, per-layer probes on its
+activations, the text baseline, the headline Delta R^2 with its permutation test, and controls.
+
+Probes are always per task. `layout` is the headline (the paper's Exp. 3); `translation` is a labelled
+positive control (`role: control`): there the prompt fully specifies the geometry, so a model that
+reads its prompt at all should be decodable.
+
+For every model with `RUN/activations/<model>.h5` and every task:
+- targets: the consensus occupancy over the model's valid attempts (all of them, greedy and sampled,
+  as the paper; `exclude_trivial` drops trivial renders) under the protocol and medium the capture
+  used; prompts with fewer than `min_attempts` such attempts are dropped and counted. Split-half
+  targets from even and odd attempts give the reliability ceiling.
+- target sets: `own`; with two or more models `shared` (per prompt, the mean of the other models'
+  consensus over those that have one for it; which models contributed is recorded) and
+  `specific` = own - shared; and `model:<other>` (cross-model selectivity: this model's activations,
+  another model's targets).
+- rows (`RUN/probes.jsonl`):
+  * `kind: targets` / `skipped` / `ceiling` (split-half ceiling for own, shared and specific);
+  * `features: text`: the TF-IDF text baseline per target;
+  * `features: resid`, `layer` an index (0 is the embedding-layer control) or `best` (layer chosen
+    inside the folds), per position: outer pooled R^2, prompt-bootstrap CI; for the own target a
+    permuted-target p (`n_perm_layers` permutations) and BH q over every such row of the run;
+  * `features: delta` (the headline, paper Table 3): Delta R^2 = best row - text baseline from the
+    same outer folds, `delta_ci` (paired prompt bootstrap), `p_perm` (permutation test of the best row
+    that refits both probes, layer chosen inside the folds, on every permutation), `q_bh`
+    (Benjamini-Hochberg over the family the paper corrects: one test per model, within each task,
+    target and position; the row names its family), `n_perm`, `n_boot`.
+- plots `RUN/probes/<model>-<task>.png` and `...-shared.png`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from experiments.rundir import RunDir, derive_seed, reading, safe_name, writing
+from experiments.stages.render import read_renders, render_stage, row_key
+from interp.probes import (Grid, LayerSweep, benjamini_hochberg, bootstrap_counts, bootstrap_r2, occupancy, perm_p, permutations, split_half_ceiling, tfidf_features)
+from interp.prompts import items_by_id
+
+PROBES = RunDir.PROBES
+ROLES = {"layout": "headline", "translation": "control"}
+
+
+class ProbeError(ValueError):
+    """A run that cannot be probed as asked."""
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """How the probe stage runs. Every random draw (folds, permutations, bootstrap) derives from `seed`."""
+
+    tasks: tuple[str, ...] = ("layout", "translation")  #: layout is the headline; translation a positive control
+    min_attempts: int = 1  #: valid attempts a prompt needs for a consensus target (paper: all valid ones)
+    exclude_trivial: bool = False  #: drop trivial (near-uniform) renders from the consensus
+    n_perm: int = 2500  #: permutations of the headline Delta test (>= 2,500 reaches the paper's p <= 0.0004)
+    n_perm_layers: int = 100  #: permutations per per-layer own-target row (the permuted-target control)
+    n_boot: int = 10_000  #: prompt-bootstrap resamples for every CI
+    seed: int = 0  #: folds, permutations and bootstrap
+    pca: tuple[int, ...] = (4, 8, 16, 32, 64)  #: PCA sizes chosen among inside the folds
+    alphas: tuple[float, ...] = tuple(float(a) for a in np.logspace(-2, 5, 15))  #: ridge penalties likewise
+    outer: int = 5  #: outer folds (the reported R^2 pools their out-of-fold predictions)
+    inner: int = 5  #: inner folds (hyperparameter and layer choice)
+
+    @property
+    def grid(self) -> Grid:
+        return Grid(self.pca, self.alphas, self.outer, self.inner)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def consensus(run: Any, model: str, task: str, protocol: str, medium: str = "v1", min_attempts: int = 1,
+              exclude_trivial: bool = False, renders: dict[str, dict[str, Any]] | None = None
+              ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """prompt id -> {own, half_a, half_b, n} for one model and task; and counts of prompts kept and dropped."""
+    rd = reading(run)
+    renders = read_renders(rd) if renders is None else renders
+    per: dict[str, list[tuple[int, np.ndarray]]] = {}
+    seen: set[str] = set()
+    for r in rd.rows(RunDir.GENERATIONS):
+        if (r["model"], r["task"], r["protocol"], r.get("medium", "v1")) != (model, task, protocol, medium):
+            continue
+        seen.add(r["prompt_id"])
+        x = renders.get(row_key(r))
+        if x is None or x["outcome"] != "ok" or (exclude_trivial and x["trivial"]):
+            continue
+        per.setdefault(r["prompt_id"], []).append((r["sample"], occupancy(x["pixels"], x["background"])))
+    out = {}
+    for pid, grids in per.items():
+        if len(grids) < min_attempts:
+            continue
+        grids.sort(key=lambda t: t[0])
+        g = np.stack([t[1] for t in grids])
+        halves = (g[0::2].mean(axis=0).ravel(), g[1::2].mean(axis=0).ravel()) if len(grids) >= 2 else (None, None)
+        out[pid] = {"own": g.mean(axis=0).ravel(), "half_a": halves[0], "half_b": halves[1], "n": len(grids)}
+    return out, {"prompts_seen": len(seen), "kept": len(out), "dropped": len(seen) - len(out)}
+
+
+@dataclass
+class TargetSet:
+    """One probe target over a list of prompts, with what is needed for its ceiling."""
+
+    name: str
+    ids: list[str]
+    y: np.ndarray  #: [n, 36]
+    half_a: np.ndarray | None = None  #: [n_two, 36] half-consensus of even attempts (prompts with two halves)
+    half_b: np.ndarray | None = None
+    contributors: dict[str, int] | None = None  #: shared/specific: model -> prompts it contributed to
+
+
+def target_sets(name: str, ids: list[str], targets: dict[str, dict[str, dict[str, Any]]]) -> tuple[list[TargetSet], dict[str, Any]]:
+    """own, shared, specific and model:<other> targets of model `name` over its prompts `ids`.
+
+    shared: per prompt the mean of the other models' consensus over those that have one (the paper's
+    leave-one-model-out consensus; with uneven per-model coverage no model is dropped for lacking a
+    prompt); prompts no other model covers are left out of shared and specific, and counted."""
+    own = targets[name]
+    out = [TargetSet("own", ids, np.stack([own[p]["own"] for p in ids]), *_halves(ids, [own]))]
+    others = [m for m in targets if m != name]
+    info: dict[str, Any] = {}
+    if others:
+        covered = [p for p in ids if any(p in targets[m] for m in others)]
+        info = {"shared_prompts": len(covered), "shared_uncovered": len(ids) - len(covered)}
+        if covered:
+            contrib = {m: sum(p in targets[m] for p in covered) for m in others}
+            contrib = {m: c for m, c in contrib.items() if c}
+            shared = np.stack([np.mean([targets[m][p]["own"] for m in others if p in targets[m]], axis=0) for p in covered])
+            y_own = np.stack([own[p]["own"] for p in covered])
+            sa, sb = _shared_halves(covered, own, targets, others)
+            out.append(TargetSet("shared", covered, shared, sa[1], sb[1], contrib))
+            spec_a = spec_b = None
+            if sa[0] is not None:
+                spec_a, spec_b = sa[0] - sa[1], sb[0] - sb[1]
+            out.append(TargetSet("specific", covered, y_own - shared, spec_a, spec_b, contrib))
+        for m in others:
+            both = [p for p in ids if p in targets[m]]
+            if both:
+                out.append(TargetSet(f"model:{m}", both, np.stack([targets[m][p]["own"] for p in both])))
+    return out, info
+
+
+def _halves(ids: list[str], sources: list[dict[str, dict[str, Any]]]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    two = [p for p in ids if sources[0][p]["half_b"] is not None]
+    if len(two) < 3:
+        return None, None
+    return np.stack([sources[0][p]["half_a"] for p in two]), np.stack([sources[0][p]["half_b"] for p in two])
+
+
+def _shared_halves(covered: list[str], own: dict[str, dict[str, Any]], targets: dict[str, dict[str, dict[str, Any]]],
+                   others: list[str]) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
+    """((own_a, shared_a), (own_b, shared_b)) over the covered prompts where every participant has two halves."""
+    keep = []
+    for p in covered:
+        ms = [m for m in others if p in targets[m]]
+        if own[p]["half_b"] is not None and all(targets[m][p]["half_b"] is not None for m in ms):
+            keep.append((p, ms))
+    if len(keep) < 3:
+        return (None, None), (None, None)
+    own_a = np.stack([own[p]["half_a"] for p, _ in keep])
+    own_b = np.stack([own[p]["half_b"] for p, _ in keep])
+    sh_a = np.stack([np.mean([targets[m][p]["half_a"] for m in ms], axis=0) for p, ms in keep])
+    sh_b = np.stack([np.mean([targets[m][p]["half_b"] for m in ms], axis=0) for p, ms in keep])
+    return (own_a, sh_a), (own_b, sh_b)
+
+
+def _num(v: float) -> float | None:
+    return None if v != v else round(float(v), 6)
+
+
+def _ci(stats: np.ndarray) -> list[float | None]:
+    finite = stats[np.isfinite(stats)]
+    if not finite.size:
+        return [None, None]
+    lo, hi = np.quantile(finite, [0.025, 0.975])
+    return [_num(lo), _num(hi)]
+
+
+def _texts(run: Any, task: str, ids: list[str]) -> list[str]:
+    recorded = reading(run).prompts()
+    builtin = items_by_id()
+    missing = [p for p in ids if (task, p) not in recorded and p not in builtin]
+    if missing:
+        raise ProbeError(f"{run} has no text for {task} prompts {missing[:3]} (no prompts.jsonl entry and not built in); "
+                         "the text baseline needs them: regenerate with this version")
+    return [recorded[(task, p)].text if (task, p) in recorded else builtin[p].text for p in ids]
+
+
+def probe_stage(run: Any, models: list[str] | None = None, s: ProbeSettings = ProbeSettings(),
+                progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    with writing(run) as rd:
+        return _probe_stage(rd, models, s, progress)
+
+
+def _probe_stage(rd: RunDir, models: list[str] | None, s: ProbeSettings,
+                 progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
+    from activations.store import ActivationStore
+
+    say = progress or (lambda m: None)
+
+    files = rd.activation_stores()
+    if not files:
+        raise ProbeError(f"{rd.path} has no activations: run `ambench capture --out {rd.path}` first")
+    render_stage(rd)
+    renders = read_renders(rd)
+    stores = {}
+    for f in files:
+        st = ActivationStore(f)
+        name = st.meta.get("name", st.meta["model"]["name"])  # the model name the run uses
+        if models is None or name in models or safe_name(name) in models:
+            stores[name] = st
+        else:
+            st.close()
+    if not stores:
+        raise ProbeError(f"none of {models} has activations in {rd}")
+    grid = s.grid
+    rows: list[dict[str, Any]] = []
+    try:
+        for task in s.tasks:
+            role = ROLES.get(task, "control")
+            targets: dict[str, dict[str, dict[str, Any]]] = {}
+            for name, st in stores.items():
+                cons, counts = consensus(rd, name, task, st.meta["protocol"], st.meta.get("medium", "v1"),
+                                         s.min_attempts, s.exclude_trivial, renders)
+                if not counts["prompts_seen"]:
+                    continue
+                targets[name] = cons
+                say(f"{name} {task}: {counts['kept']} prompts with >= {s.min_attempts} valid attempts "
+                    f"({counts['dropped']} of {counts['prompts_seen']} dropped)")
+                rows.append({"model": name, "task": task, "role": role, "kind": "targets", **counts,
+                             "min_attempts": s.min_attempts, "exclude_trivial": s.exclude_trivial,
+                             "protocol": st.meta["protocol"], "medium": st.meta.get("medium", "v1"),
+                             "final_site": st.meta.get("final_site", "pre-norm")})
+            for name in targets:
+                rows += _probe_model(rd, name, task, role, stores[name], targets, s, grid, say)
+    finally:
+        for st in stores.values():
+            st.close()
+    _adjust(rows)
+    rd.write_rows(RunDir.PROBES, rows)
+    plot_probes(rd, rows)
+    return rows
+
+
+def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets: dict[str, dict[str, dict[str, Any]]],
+                 s: ProbeSettings, grid: Grid, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Every row of one model and task (see the module docstring)."""
+    base = {"model": name, "task": task, "role": role, "seed": s.seed}
+    rowmap = st.rows_of(task)
+    ids = [p for p in rowmap if p in targets[name]]
+    if len(ids) < 2 * grid.outer:
+        say(f"{name} {task}: only {len(ids)} prompts with targets and activations; "
+            f"{2 * grid.outer} needed for {grid.outer}-fold nested CV: no probes")
+        return [{**base, "kind": "skipped", "reason": f"{len(ids)} prompts < {2 * grid.outer}"}]
+    rows: list[dict[str, Any]] = []
+    tsets, info = target_sets(name, ids, targets)
+    if info:
+        rows.append({**base, "kind": "shared_coverage", **info,
+                     "contributors": next((t.contributors for t in tsets if t.name == "shared"), None)})
+    sweeps: dict[tuple[str, ...], dict[str, Any]] = {}  # one set of decompositions per prompt list
+
+    def sweep_for(pids: list[str]) -> dict[str, Any]:
+        key = tuple(pids)
+        if key not in sweeps:
+            index = [rowmap[p] for p in pids]
+            text = LayerSweep([tfidf_features(_texts(run, task, pids))], grid, s.seed)
+            per_pos = {}
+            for pos in st.positions:
+                xs = [st.layer(layer, pos)[index] for layer in range(st.shape[1])]
+                per_pos[pos] = LayerSweep(xs, grid, s.seed)
+            sweeps[key] = {"text": text, "pos": per_pos, "w": bootstrap_counts(len(pids), s.n_boot, s.seed)}
+        return sweeps[key]
+
+    headline = ("own", "shared", "specific")
+    for t in tsets:
+        sw = sweep_for(t.ids)
+        w = sw["w"]
+        tb = {**base, "target": t.name, "n_prompts": len(t.ids), "n_boot": s.n_boot}
+        if t.contributors is not None:
+            tb["shared_models"] = sorted(t.contributors)
+        if t.half_a is not None and t.name in headline:
+            c = split_half_ceiling(t.half_a, t.half_b)
+            rows.append({**tb, "kind": "ceiling", "n_prompts": int(t.half_a.shape[0]),
+                         **{k: _num(v) for k, v in c.items()}})
+        text = sw["text"].layer(t.y, 0)
+        text_boot = bootstrap_r2(t.y, text.pred, w)
+        rows.append({**tb, "features": "text", "layer": None, "position": "-", "r2": _num(text.r2),
+                     "ci": _ci(text_boot), "chosen": text.chosen})
+        for pos, lsweep in sw["pos"].items():
+            say(f"{name} {task}: {t.name} target, position {pos}, {lsweep.n_layers} layers")
+            for layer in range(lsweep.n_layers):
+                res = lsweep.layer(t.y, layer)
+                row = {**tb, "features": "resid", "layer": layer, "position": pos, "r2": _num(res.r2),
+                       "ci": _ci(bootstrap_r2(t.y, res.pred, w)), "chosen": res.chosen}
+                if t.name == "own" and s.n_perm_layers and np.isfinite(res.r2):
+                    perms = permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"))
+                    null = lsweep.permuted_r2(t.y, perms, layers=[layer])
+                    row.update(p_perm=perm_p(null, res.r2), null_mean=_num(float(np.nanmean(null))), n_perm=s.n_perm_layers)
+                rows.append(row)
+            best = lsweep.best(t.y)
+            best_boot = bootstrap_r2(t.y, best.pred, w)
+            rows.append({**tb, "features": "resid", "layer": "best", "position": pos, "r2": _num(best.r2),
+                         "ci": _ci(best_boot), "chosen": best.chosen})
+            if t.name not in headline:
+                continue
+            delta = best.r2 - text.r2
+            drow = {**tb, "features": "delta", "layer": "best", "position": pos, "delta_r2": _num(delta),
+                    "r2_resid": _num(best.r2), "r2_text": _num(text.r2), "delta_ci": _ci(best_boot - text_boot),
+                    "n_perm": s.n_perm, "p_perm": None, "chosen_layers": [c["layer"] for c in best.chosen]}
+            if s.n_perm and np.isfinite(delta):
+                pseed = derive_seed(s.seed, name, task, t.name, pos, "delta-perm")
+                perms = permutations(len(t.ids), s.n_perm, pseed)
+                null = lsweep.permuted_r2(t.y, perms) - sw["text"].permuted_r2(t.y, perms)
+                drow.update(p_perm=perm_p(null, delta), null_mean=_num(float(np.nanmean(null))), perm_seed=pseed)
+            rows.append(drow)
+    return rows
+
+
+def _adjust(rows: list[dict[str, Any]]) -> None:
+    """BH q-values: per-layer permuted-target rows over the whole run; headline Delta tests per family
+    (task, target, position) across models, one test per model, as the paper corrects."""
+    layer_rows = [r for r in rows if r.get("features") == "resid" and "p_perm" in r]
+    for r, q in zip(layer_rows, benjamini_hochberg([r["p_perm"] for r in layer_rows])):
+        r["q_bh"] = round(q, 6)
+    families: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("features") == "delta" and r.get("p_perm") is not None:
+            families.setdefault((r["task"], r["target"], r["position"]), []).append(r)
+    for (task, target, pos), fam in families.items():
+        for r, q in zip(fam, benjamini_hochberg([r["p_perm"] for r in fam])):
+            r["q_bh"] = round(q, 6)
+            r["bh_family"] = (f"one test per model ({len(fam)} models): task {task}, target {target}, position {pos}")
+
+
+def plot_probes(rd: RunDir, rows: list[dict[str, Any]]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for model, task in sorted({(r["model"], r["task"]) for r in rows if "task" in r}):
+        mine = [r for r in rows if r["model"] == model and r.get("task") == task and r.get("features") == "resid"
+                and isinstance(r.get("layer"), int)]
+        if not mine:
+            continue
+        for kind, tnames in (("", ("own",)), ("-shared", ("shared", "specific"))):
+            sel = [r for r in mine if r["target"] in tnames]
+            if not sel:
+                continue
+            fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+            for (t, pos) in sorted({(r["target"], r["position"]) for r in sel}):
+                pts = sorted((r for r in sel if r["target"] == t and r["position"] == pos), key=lambda r: r["layer"])
+                xs = [r["layer"] for r in pts]
+                label = pos if kind == "" else f"{t} ({pos})"
+                nan = float("nan")
+                ax.plot(xs, [nan if r["r2"] is None else r["r2"] for r in pts], marker="o", ms=3, label=label)
+                ax.fill_between(xs, [nan if r["ci"][0] is None else r["ci"][0] for r in pts],
+                                [nan if r["ci"][1] is None else r["ci"][1] for r in pts], alpha=0.15)
+            for t in tnames:
+                text = [r for r in rows if r["model"] == model and r.get("task") == task and r.get("features") == "text"
+                        and r["target"] == t]
+                if text and text[0]["r2"] is not None:
+                    ax.axhline(text[0]["r2"], ls="--", color="gray", label=f"TF-IDF text baseline ({t})")
+                ceil = [r for r in rows if r["model"] == model and r.get("task") == task and r.get("kind") == "ceiling"
+                        and r["target"] == t]
+                if ceil and ceil[0]["ceiling"] is not None:
+                    ax.axhline(ceil[0]["ceiling"], ls=":", color="black", label=f"split-half ceiling ({t})")
+            ax.axhline(0, color="black", lw=0.5)
+            final = next((r.get("final_site", "pre-norm") for r in rows if r.get("kind") == "targets" and r["model"] == model), "pre-norm")
+            ax.set_xlabel("layer L = input of block L (0 = embeddings); last = final residual, "
+                          + ("before the final norm" if final == "pre-norm" else "after the final norm"))
+            ax.set_ylabel("outer pooled R^2 (nested CV)")
+            ax.set_title(f"{model} ({task}): occupancy probe{' - shared vs specific' if kind else ''}")
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            out.append(rd.save_figure(fig, f"{RunDir.PROBE_PLOTS}/{safe_name(model)}-{task}{kind}.png"))
+            plt.close(fig)
+    return out

@@ -1,0 +1,74 @@
+"""Outcomes are a function of the program: the same hostile batch gives identical outcomes under 1, 2 and 6
+workers (the 6 with the CPU kept busy), and memory is measured per program (issue 12, part 2)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.canvas.medium import Limits
+from bench.sandbox.job import Job
+from bench.sandbox.pool import SandboxPool
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+CANVAS = [json.loads(line) for line in open(CORPUS / "hostile.jsonl")]
+SVG = [json.loads(line) for line in open(CORPUS / "svg_hostile.jsonl")]
+#: about 1.1 s of CPU (idle machine), mostly inside builtins (the sorts run in C), inside the 2 s limit: such a program was `ok` with 2
+#: workers and `timeout` (5 s of wall clock) with 6 on two cores
+CPU_SECOND = "y = [(i * 7919) % 1000003 for i in range(300000)]\nfor k in range(50):\n    z = sorted(y)\nfill('red')"
+#: a 384 MB string: `ok` in a fresh worker, and it was `memory` after GROW had grown the same worker's heap
+BIG_STRING = "s = 'a' * 1000000\nparts = [s] * 384\nt = ''.join(parts)\nfill('red')"
+GROW = "x = [[i] * 100 for i in range(200000)]\nfill('red')"
+SVG_IDS = {"panic_nested_scales", "dash_bomb", "use_chain_200", "mask_chain_400", "opacity_stacks_40x60", "entity_billion_laughs",
+           "huge_blur_region", "panic_tiny_viewbox"}
+
+
+def batch():
+    jobs = [Job(h["text"]) for h in CANVAS]
+    jobs += [Job(h["text"], kind="svg", native=512) for h in SVG if h["id"] in SVG_IDS]
+    jobs += [Job(CPU_SECOND)] * 2 + [Job(GROW), Job(BIG_STRING), Job(GROW), Job(BIG_STRING)]
+    return jobs
+
+
+def outcomes(workers, batch_size=32):
+    # memory_mb=480: the 384 MB string fits a program's own allowance, not one shrunk by GROW's heap
+    with SandboxPool(workers=workers, limits=Limits(memory_mb=480), batch_size=batch_size) as pool:
+        return [r.outcome for r in pool.run_jobs(batch())]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return outcomes(2)
+
+
+def test_same_outcomes_with_one_worker(reference):
+    assert outcomes(1) == reference
+
+
+def test_same_outcomes_with_six_workers_on_a_busy_cpu(reference):
+    # six workers on two cores, two more cores' worth of busy loops: every program gets a quarter of a core
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        got = outcomes(6, 1)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert got == reference
+
+
+def test_reference_outcomes_are_the_programs_own(reference):
+    n = len(CANVAS)
+    assert reference[:n] == [h["expect"] for h in CANVAS]
+    svg = [h["expect"] for h in SVG if h["id"] in SVG_IDS]
+    assert reference[n: n + len(svg)] == svg
+    assert reference[n + len(svg):] == ["ok"] * 6  # CPU-heavy programs, and the 384 MB string after a grown heap
+
+
+def test_memory_is_measured_per_program():
+    with SandboxPool(workers=1, limits=Limits(memory_mb=480)) as pool:
+        got = [r.outcome for r in pool.run([BIG_STRING, GROW, BIG_STRING, BIG_STRING])]
+        assert got == ["ok"] * 4  # was ok, ok, memory, memory: the grown heap counted against later programs
+        assert pool.recycled >= 1  # the worker whose heap grew was replaced, no attempt charged

@@ -1,0 +1,193 @@
+"""The golden study: one `ambench run` on two tiny models whose result values are pinned.
+
+Pinned before the run directory and the stages were restructured (issue 13), so that a restructure
+that changes any result value fails here. The only changes allowed since are the integrity fields
+(row checksums, input hashes), which are not part of the pinned values.
+
+Two copies of one tiny random Llama under two names. A random tiny model writes no valid program, so
+their layout and translation attempts are pre-written as the very rows the generate stage writes (the
+stage then finds them done); every later stage runs for real: capture, interventions (continuations
+sampled from the tiny model), patching, renders, translation scores, layout tables, probes with the
+headline test, intervention tables, the report. The second model's programs coincide with the
+first's on most prompts (the audit's case) and differ on some (so shared and specific differ).
+
+Regenerate (only for an intended change of results, said in the commit):
+    AMBENCH_GOLDEN=update .venv/bin/python -m pytest tests/experiments/test_golden.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.interp.tiny import build_tiny
+
+GOLDEN = Path(__file__).parent / "golden" / "study.json"
+PROGRAMS = [
+    "```python\nfill('white')\nrect(2, 2, 4, 4, 'red')\nrect(12, 10, 6, 6, 'blue')\n```",
+    "```python\nfill('navy')\ncircle(12, 12, 3, 'gold')\nrect(2, 14, 4, 4, 'red')  # a small box\n```",
+    "```python\nfill('white')\nrect(14, 2, 8, 8, 'green')\nline(0, 0, 5, 20, 'black')\n```",
+    "```python\nfill('black')\nfor i in range(3):\n    rect(2 + 6 * i, 3, 3, 3, 'orange')\npoly([(10, 10), (20, 10), (20, 20)], 'red')\n```",
+]
+ARGS = ["--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "1", "--translation-samples", "1",
+        "--max-new-tokens", "8"]
+
+
+def _rows(models: list[str]) -> list[dict]:
+    from bench.translation.references import canonical_program, reference_by_id
+    from experiments.study import StudyConfig, prompt_sets
+
+    cfg = StudyConfig.from_preset("quick", translation_prompts=3, layout_per_subcategory=1, samples=1, translation_samples=1)
+    sets = prompt_sets(cfg)
+    rows = []
+    for mi, m in enumerate(models):
+        for it in sets["translation"]:
+            for k in range(2):
+                text = "```python\n" + canonical_program(reference_by_id(it.id)) + "```" if k == 0 else PROGRAMS[0]
+                rows.append(_row(m, "translation", it.id, k, text))
+        for i, it in enumerate(sets["layout"]):
+            for k in range(2):
+                j = (i + k + (mi if i % 4 == 0 else 0)) % len(PROGRAMS)  # the second model differs on every 4th prompt
+                rows.append(_row(m, "layout", it.id, k, PROGRAMS[j]))
+    return rows
+
+
+def _row(model: str, task: str, pid: str, k: int, text: str) -> dict:
+    return {"task": task, "prompt_id": pid, "model": model, "protocol": "few-shot-2", "medium": "v1", "sample": k,
+            "seed": 0, "temperature": 0.0 if k == 0 else 0.7, "prefix": "", "text": text, "code": None, "n_tokens": 1,
+            "stop": "eos", "entropy": [0.1], "mean_entropy": 0.1}
+
+
+def _values(run: Path, names: dict[str, str]) -> dict:
+    """The run's result values, model paths replaced by stable names, integrity fields left out."""
+    from activations.store import ActivationStore
+
+    def clean(obj):
+        if isinstance(obj, dict):
+            return {k: clean(v) for k, v in sorted(obj.items()) if k not in ("_crc", "input", "perm_seed")}
+        if isinstance(obj, list):
+            return [clean(v) for v in obj]
+        if isinstance(obj, str):
+            return names.get(obj, obj)
+        return obj
+
+    def rows(name):
+        from experiments.rundir import read_rows
+
+        return clean(read_rows(run / name))
+
+    out: dict = {}
+    out["translation_scores"] = rows("translation_scores.jsonl")
+    out["layout_table"] = clean(json.loads((run / "layout_table.json").read_text()))
+    out["probes"] = rows("probes.jsonl")
+    out["interventions"] = rows("interventions.jsonl")
+    out["cuts"] = rows("intervention_cuts.jsonl")
+    out["patching"] = rows("patching.jsonl")
+    out["interventions_table"] = clean(json.loads((run / "interventions_table.json").read_text()))
+    out["summary"] = clean(json.loads((run / "summary.json").read_text()))
+    renders = _renders(run)
+    out["renders"] = {clean(k): {"outcome": v["outcome"], "reason": clean(v["reason"]), "trivial": v["trivial"],
+                                 "dominant_share": round(v["dominant_share"], 6), "background": [int(x) for x in v["background"]],
+                                 "pixels_sha": hashlib.sha256(np.ascontiguousarray(v["pixels"]).tobytes()).hexdigest()[:16]}
+                      for k, v in sorted(renders.items())}
+    acts = {}
+    for path, name in names.items():
+        st = ActivationStore(_activation_path(run, path))
+        acts[name] = {"prompt_ids": st.prompt_ids, "tasks": st.tasks, "token_positions": st.token_positions.tolist(),
+                      "layers": [[round(float(st.layer(L).mean()), 6), round(float(st.layer(L).std()), 6)]
+                                 for L in range(st.shape[1])]}
+    out["activations"] = acts
+    page = (run / "report" / "index.html").read_text(encoding="utf-8")
+    text = re.sub(r"<img[^>]*>", "[img]", page)
+    text = html.unescape(re.sub(r"<[^>]+>", " ", text))
+    text = re.sub(r"\s+", " ", text).strip()
+    out["report_text"] = clean(text[: text.find("Configuration")])  # results only: the settings table is metadata
+    return out
+
+
+def _renders(run: Path) -> dict:
+    from experiments.stages.render import read_renders
+
+    return read_renders(run)
+
+
+def _activation_path(run: Path, model: str) -> Path:
+    from experiments.rundir import RunDir
+
+    return RunDir(run).activations(model)
+
+
+def _close(a, b, path="") -> list[str]:
+    """Differences between two value trees: floats to 1e-6 (absolute and relative), everything else exactly."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                out.append(f"{path}.{k}: only in {'golden' if k in a else 'this run'}")
+            else:
+                out += _close(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _close(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return [] if abs(a - b) <= 1e-6 + 1e-6 * abs(a) else [f"{path}: {a} vs {b}"]
+    return [] if a == b else [f"{path}: {str(a)[:120]!r} vs {str(b)[:120]!r}"]
+
+
+@pytest.fixture(scope="module")
+def golden_run(tmp_path_factory):
+    """The run, with the models named by relative paths from the run's parent folder: an attempt's key (and so
+    every derived seed) holds the model name, which must not depend on where the test runs."""
+    from experiments.rundir import RunDir
+
+    root = tmp_path_factory.mktemp("golden")
+    build_tiny(root / "a")
+    shutil.copytree(root / "a", root / "b")
+    out = root / "run"
+    with RunDir.writer(out, "golden test") as rd:
+        rd.append(RunDir.GENERATIONS, _rows(["a", "b"]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "--model", "a", "--model", "b", "--out", "run", *ARGS],
+                         capture_output=True, text=True, env=env, timeout=900, cwd=root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out, {"a": "model-a", "b": "model-b"}
+
+
+def test_the_study_gives_the_pinned_values(golden_run):
+    run, names = golden_run
+    got = _values(run, names)
+    if os.environ.get("AMBENCH_GOLDEN") == "update":
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+        pytest.skip("golden values written")
+    want = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    diffs = _close(want, got)
+    assert not diffs, f"{len(diffs)} values differ from the golden study:\n" + "\n".join(diffs[:40])
+
+
+def test_both_models_get_interventions_and_patching(golden_run):
+    """The audit's failure: the second model, whose programs mostly coincide with the first's, got 0
+    continuations and 0 patching rows while the summary looked complete."""
+    from experiments.rundir import AttemptKey, read_rows
+
+    run, names = golden_run
+    inter = read_rows(run / "interventions.jsonl")
+    patch = read_rows(run / "patching.jsonl")
+    counts = json.loads((run / "summary.json").read_text())["interventions"]
+    for m in names:
+        mine = [r for r in inter if r["model"] == m]
+        assert len({(AttemptKey.of(r), r["cut"]) for r in mine}) == 6 and any(r["model"] == m for r in patch)
+        assert {c["model"]: c["continuations"] for c in counts}[m] == len(mine)
+    page = (run / "report" / "index.html").read_text()
+    assert page.index("Summary") < page.index("Exp. 3, stage 2") < page.index("Configuration")

@@ -1,0 +1,238 @@
+"""`ambench run` on the tiny model: end to end, deterministic, resumable after SIGKILL at several points,
+sharded + merged equal to one machine (both model phases, locally and on Ray), and a report that renders
+in headless Chromium.
+
+The random tiny model writes no valid program, so its layout attempts are pre-written (valid canvas
+programs, the rows the generate stage writes) in every run directory before the run: generation of the
+translation attempts, capture, interventions and patching then run for real, and every identity check
+covers the intervention and patching rows too."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.interp.tiny import build_tiny
+
+RESULTS = ["generations.jsonl", "translation_scores.jsonl", "layout_table.json", "probes.jsonl", "summary.json",
+           "interventions.jsonl", "intervention_cuts.jsonl", "patching.jsonl", "interventions_table.json", "report/index.html"]
+PROGRAMS = [
+    "```python\nfill('white')\nrect(2, 2, 4, 4, 'red')\nrect(12, 10, 6, 6, 'blue')\n```",
+    "```python\nfill('navy')\ncircle(12, 12, 3, 'gold')\nrect(2, 14, 4, 4, 'red')\n```",
+    "```python\nfill('white')\nrect(14, 2, 8, 8, 'green')\nline(0, 0, 5, 20, 'black')\n```",
+]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return build_tiny(tmp_path_factory.mktemp("study") / "tiny")
+
+
+def _cmd(model, out, *extra):
+    return [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out),
+            "--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "12",
+            "--continuations", "2", "--intervene-tokens", "10", *extra]
+
+
+def _prepare(model, out):
+    """The layout attempts as valid programs, pre-written (see the module docstring)."""
+    from experiments.rundir import RunDir
+    from experiments.study import StudyConfig, prompt_sets
+
+    if (out / "generations.jsonl").exists():
+        return
+    sets = prompt_sets(StudyConfig.from_preset("quick", layout_per_subcategory=1))
+    rows = [{"task": "layout", "prompt_id": it.id, "model": str(model), "protocol": "few-shot-2", "medium": "v1", "sample": k,
+             "seed": 0, "temperature": 0.0 if k == 0 else 0.7, "prefix": "", "text": PROGRAMS[(i + k) % len(PROGRAMS)],
+             "code": None, "n_tokens": 1, "stop": "eos", "entropy": [0.1], "mean_entropy": 0.1}
+            for i, it in enumerate(sets["layout"]) for k in range(2)]
+    with RunDir.writer(out, "test") as rd:
+        rd.append(RunDir.GENERATIONS, rows)
+
+
+def _run(model, out, *extra, timeout=600, prepare=True):
+    if prepare:
+        _prepare(model, out)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    res = subprocess.run(_cmd(model, out, *extra), capture_output=True, text=True, timeout=timeout, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def _acts(run):
+    (path,) = sorted(p for p in (run / "activations").iterdir() if p.is_dir())
+    return path
+
+
+def _acts_equal(a, b):
+    """The same stored activations, prompt for prompt and layer for layer (checksums verified on read)."""
+    import numpy as np
+
+    from activations.store import ActivationStore
+
+    sa, sb = ActivationStore(a), ActivationStore(b)
+    assert sa.prompt_ids == sb.prompt_ids and sa.tasks == sb.tasks and sa.inputs == sb.inputs and sa.shape == sb.shape
+    assert np.array_equal(sa.token_positions, sb.token_positions)
+    for layer in range(sa.shape[1]):
+        assert np.array_equal(sa.layer(layer), sb.layer(layer)), layer
+
+
+def _renders_equal(a, b):
+    import numpy as np
+
+    from experiments.stages.render import read_renders
+
+    ra, rb = read_renders(a), read_renders(b)
+    assert list(ra) == list(rb)
+    for k in ra:
+        for field in ra[k]:
+            assert np.array_equal(ra[k][field], rb[k][field]), (k, field)
+
+
+@pytest.fixture(scope="module")
+def reference(model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "run"
+    _run(model, out)
+    return out
+
+
+def test_run_end_to_end_and_deterministic(model, reference, tmp_path):
+    for f in RESULTS:
+        assert (reference / f).is_file(), f
+    cfg = json.loads((reference / "config.json").read_text())
+    study = cfg["stages"]["study"]
+    assert study["config"]["preset"] == "quick" and study["versions"]["torch"]
+    again = tmp_path / "run"
+    _run(model, again)
+    for f in RESULTS:
+        assert (again / f).read_bytes() == (reference / f).read_bytes(), f
+    _renders_equal(again, reference)
+    _acts_equal(_acts(again), _acts(reference))
+
+
+def test_sigkill_at_several_points_then_resume(model, reference, tmp_path):
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    _prepare(model, out)
+    for delay in (4.0, 7.0, 10.0, 14.0):
+        p = subprocess.Popen(_cmd(model, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    _run(model, out)
+    for f in RESULTS:
+        assert (out / f).read_bytes() == (reference / f).read_bytes(), f
+    _acts_equal(_acts(out), _acts(reference))
+
+
+def test_other_settings_are_refused(model, reference, tmp_path):
+    shutil.copytree(reference, tmp_path / "run")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    res = subprocess.run(_cmd(model, tmp_path / "run", "--seed", "5"), capture_output=True, text=True, env=env)
+    assert res.returncode == 2 and "other settings" in res.stderr
+
+
+def _merge(parts, out):
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "merge", *map(str, parts), "--out", str(out)],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+
+
+def test_shards_merge_to_the_same_files(model, reference, tmp_path):
+    """Both model phases sharded as a batch scheduler would run them: the first phase (generation, capture)
+    in fresh shard directories, merged; the second (interventions, patching) in copies of that merge, merged."""
+    _run(model, tmp_path / "s0", "--shard", "0/2")
+    _run(model, tmp_path / "s1", "--shard", "1/2")
+    _merge([tmp_path / "s0", tmp_path / "s1"], tmp_path / "m1")
+    assert (tmp_path / "m1" / "generations.jsonl").read_bytes() == (reference / "generations.jsonl").read_bytes()
+    assert not (tmp_path / "m1" / "interventions.jsonl").exists()  # the second phase waited for every attempt
+    for i in range(2):
+        shutil.copytree(tmp_path / "m1", tmp_path / f"t{i}", ignore=shutil.ignore_patterns(".lock"))
+        res = _run(model, tmp_path / f"t{i}", "--shard", f"{i}/2")
+        assert "interventions:" in res.stderr
+    _merge([tmp_path / "t0", tmp_path / "t1"], tmp_path / "merged")
+    for f in ("interventions.jsonl", "patching.jsonl", "intervention_cuts.jsonl"):
+        assert (tmp_path / "merged" / f).read_bytes() == (reference / f).read_bytes(), f
+    _run(model, tmp_path / "merged")
+    for f in RESULTS:
+        assert (tmp_path / "merged" / f).read_bytes() == (reference / f).read_bytes(), f
+    _acts_equal(_acts(tmp_path / "merged"), _acts(reference))
+
+
+def test_report_renders_in_headless_chromium(reference, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (scripts/setup.sh installs it when apt-get is available)")
+    from tests.experiments.runs import GENERATIONS, append
+    from experiments.stages.layout import layout_table
+    from experiments.stages.render import render_stage
+    from experiments.stages.report import write_report
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    # a second "model" with valid programs of its own, so there are mosaics of both
+    programs = ["fill('white')\nrect(4, 4, 10, 10, 'red')", "fill('navy')\ncircle(12, 12, 7, 'gold')",
+                "fill('white')\nline(0, 0, 23, 23, 'black')\nrect(16, 2, 6, 20, 'green')"]
+    rows = [{"task": "layout", "prompt_id": pid, "model": "demo", "protocol": "few-shot-2", "sample": k, "seed": k,
+             "temperature": 0.7, "prefix": "", "text": programs[(i + k) % 3], "code": None, "n_tokens": 1, "stop": "eos",
+             "entropy": [0.1], "mean_entropy": 0.1} for i, pid in enumerate(["1A-00", "2A-00", "3A-00"]) for k in range(3)]
+    append(run, rows)
+    render_stage(run, workers=1)
+    (run / "layout_table.json").write_text(json.dumps(layout_table(run)))
+    page_path = write_report(run)
+    page = page_path.read_text()
+    assert page.count("data:image/png;base64,") >= 9 and "Layout mosaics" in page
+    assert "https://" not in page and "http://" not in page  # self-contained: nothing fetched
+    shot = tmp_path / "shot.png"
+    res = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                          "--window-size=1200,12000", page_path.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 10_000, res.stderr[-2000:]
+    from PIL import Image
+
+    import numpy as np
+
+    colors = {tuple(c) for c in np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3).tolist()}
+    # the mosaics' colours (gold, red, navy) are on the screenshot: the images rendered
+    assert any(r > 200 and g < 60 and b < 60 for r, g, b in colors)
+    assert any(r < 10 and g < 10 and 100 < b < 150 for r, g, b in colors)
+
+
+def test_ray_backend_shards_and_merges_to_the_same_files(model, reference, tmp_path):
+    pytest.importorskip("ray")
+    res = _run(model, tmp_path / "run", "--backend", "ray", "--shards", "2")
+    assert "ray: 2 shard tasks for model phase a" in res.stderr and "model phase b" in res.stderr
+    assert (tmp_path / "run" / "interventions.jsonl").read_bytes() == (reference / "interventions.jsonl").read_bytes()
+    for f in RESULTS:
+        assert (tmp_path / "run" / f).read_bytes() == (reference / f).read_bytes(), f
+    _acts_equal(_acts(tmp_path / "run"), _acts(reference))
+
+
+def test_presets_and_the_svg_arm(model, tmp_path):
+    from experiments.study import StudyConfig, prompt_sets
+
+    paper = StudyConfig.from_preset("paper")
+    sets = prompt_sets(paper)
+    assert (len(sets["translation"]), len(sets["layout"]), paper.samples, paper.continuations, paper.svg) == (145, 150, 10, 9, True)
+    quick = prompt_sets(StudyConfig.from_preset("quick"))
+    assert (len(quick["translation"]), len(quick["layout"])) == (20, 15)
+    assert len({p.id[:2] for p in quick["layout"]}) == 15  # one per subcategory
+    with pytest.raises(ValueError, match="unknown preset"):
+        StudyConfig.from_preset("huge")
+    out = tmp_path / "svg"
+    _run(model, out, "--svg", "--translation-prompts", "1")
+    from experiments.rundir import read_rows
+    from experiments.stages.render import read_renders
+
+    rows = read_rows(out / "generations.jsonl")
+    svg_rows = [r for r in rows if r["medium"] == "svg"]
+    assert len(svg_rows) == 15 * 2 and all(r["task"] == "layout" for r in svg_rows)
+    renders = read_renders(out)
+    assert len(renders) == len(rows) and (out / "report" / "index.html").is_file()
+
