@@ -56,17 +56,17 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
         "random-planner", "layout",
         "the same prompts and bars, placed by fair coin flips independent of the prompt",
         "nothing to find: probe R^2 <= 0 with p_perm not significant; split-half ceiling ~0",
-        lambda: planners.dataset("random-planner"), TrainConfig(steps=1000), "planners.py"),
+        lambda: planners.dataset("random-planner"), TrainConfig(steps=500), "planners.py"),
     Organism(
         "tracker", "layout",
         "covers a region with squares, each on the first slot less than half painted so far",
         "moved-unused continues far more than null-asis and more than moved-used",
-        lambda: tracker.dataset("tracker"), TrainConfig(steps=2500), "tracker.py"),
+        lambda: tracker.dataset("tracker"), TrainConfig(steps=1500), "tracker.py"),
     Organism(
         "fixed-plan", "layout",
         "covers a region with one square per slot in order, whatever the earlier squares drew",
         "moved arms continue as often as null-asis (every moved-arm Delta ~0)",
-        lambda: tracker.dataset("fixed-plan"), TrainConfig(steps=2500), "tracker.py"),
+        lambda: tracker.dataset("fixed-plan"), TrainConfig(steps=1500), "tracker.py"),
 )}
 
 
