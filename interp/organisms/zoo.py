@@ -61,7 +61,7 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
         "tracker", "layout",
         "covers a region with squares, each on the first slot less than half painted so far",
         "moved-unused continues far more than null-asis and more than moved-used",
-        lambda: tracker.dataset("tracker"), TrainConfig(steps=1500), "tracker.py"),
+        lambda: tracker.dataset("tracker"), TrainConfig(steps=1500, max_positions=768), "tracker.py"),
     Organism(
         "fixed-plan", "layout",
         "covers a region with one square per slot in order, whatever the earlier squares drew",
