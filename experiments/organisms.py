@@ -33,9 +33,18 @@ def parts_of(preset: str) -> dict[str, dict[str, Any]] | None:
     return {name: {**shared, **part} for name, part in spec["parts"].items()}
 
 
+def part_config(preset: str, name: str, overrides: dict[str, Any] | None = None) -> Any:
+    """The StudyConfig of part `name` of `preset` (recorded as preset `preset/name`)."""
+    from experiments.study import StudyConfig
+
+    values = {**parts_of(preset)[name], **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    c = StudyConfig.from_preset("quick", **values)
+    return StudyConfig.from_dict({**c.as_dict(), "preset": f"{preset}/{name}"})
+
+
 def run_parts(preset: str, out: Path, overrides: dict[str, Any], say: Callable[[str], None] = print) -> dict[str, Any]:
     """Every part of `preset` as a study in `out/<part>` (each resumable), then the known-answer table."""
-    from experiments.study import StudyConfig, run_study
+    from experiments.study import run_study
 
     parts = parts_of(preset)
     if parts is None:
@@ -43,10 +52,8 @@ def run_parts(preset: str, out: Path, overrides: dict[str, Any], say: Callable[[
     if overrides.get("models"):
         raise ValueError(f"preset {preset!r} names its own models per part; drop --model")
     summary: dict[str, Any] = {}
-    for name, settings in parts.items():
-        values = {**settings, **{k: v for k, v in overrides.items() if v is not None}}
-        c = StudyConfig.from_preset("quick", **values)
-        c = StudyConfig.from_dict({**c.as_dict(), "preset": f"{preset}/{name}"})
+    for name in parts:
+        c = part_config(preset, name, overrides)
         say(f"[{preset}] part {name}: {', '.join(c.models)}")
         summary[name] = run_study(c, Path(out) / name, None, say)
     rows = known_answers(out)
@@ -215,4 +222,4 @@ def known_answers(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["CHECKS", "known_answers", "parts_of", "run_parts"]
+__all__ = ["CHECKS", "known_answers", "part_config", "parts_of", "run_parts"]

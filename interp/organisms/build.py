@@ -101,8 +101,9 @@ def train_organism(name: str, data: Dataset, cfg: TrainConfig, out: Path, seed: 
         model, examples, longest, curve = train_weights(data, cfg, seed, progress)
         fit_seconds, fit_cpu = time.time() - started, time.process_time() - cpu0
         tokenizer = build_tokenizer()
+        known = [e for e in data.heldout if e.program]  # the random planner has no one right program per prompt
         with deterministic_torch(cfg.threads):
-            held_loss = heldout_loss(model, encode([e for e in data.heldout if e.program], tokenizer), tokenizer.pad_token_id)
+            held_loss = heldout_loss(model, encode(known, tokenizer), tokenizer.pad_token_id) if known else None
         tmp.mkdir(parents=True)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
