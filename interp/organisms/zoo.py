@@ -66,7 +66,7 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
         "fixed-plan", "layout",
         "covers a region with one square per slot in order, whatever the earlier squares drew",
         "moved arms continue as often as null-asis (every moved-arm Delta ~0)",
-        lambda: tracker.dataset("fixed-plan"), TrainConfig(steps=1500), "tracker.py"),
+        lambda: tracker.dataset("fixed-plan"), TrainConfig(steps=1000), "tracker.py"),
 )}
 
 
