@@ -128,14 +128,18 @@ def test_random_planner_is_undecided_at_the_last_prompt_token(datasets, runtimes
     labels = [rt.tokenizer.convert_tokens_to_ids(planners.label(v, h).strip()) for v in (0, 1) for h in (0, 1)]
     built = [build(i, ZERO_SHOT, rt.tokenizer) for i in items]
     ids, mask, _ = rt.pad([b.tokens for b in built])
-    with torch.inference_mode():
-        logits = rt.plain(input_ids=ids, attention_mask=mask).logits[:, -1, :]
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: positions count real tokens only
+
+    def last_logits(r):
+        with torch.inference_mode():
+            return r.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1, :]
+
+    logits = last_logits(rt)
     p = torch.softmax(logits.float(), dim=-1)[:, labels].numpy()
     assert p.sum(axis=1).min() > 0.95
     assert np.abs(p - 0.25).max() < 0.12, p.round(2)
     decided = runtimes("xor-planner")  # the broken variant for this check: a planner that has a plan
-    with torch.inference_mode():
-        q = torch.softmax(decided.plain(input_ids=ids, attention_mask=mask).logits[:, -1, :].float(), -1)[:, labels].numpy()
+    q = torch.softmax(last_logits(decided).float(), -1)[:, labels].numpy()
     assert np.abs(q - 0.25).max() > 0.5
 
 
