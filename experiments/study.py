@@ -84,6 +84,11 @@ class StudyConfig:
     attention: bool = False
     trajectory: bool = False  #: probe the drawn and the final canvas at every statement boundary (plan or state)
     dino_folder: str | None = None  #: a local DINO ViT folder; the concept-consistency stage runs when given
+    prompt_files: tuple[str, ...] = ()  #: prompt-set files (`interp.prompts.load_prompts` JSONL, each line with its task
+    #: label); when given they replace the built-in prompt sets and the study runs on exactly their items (relative
+    #: paths are read from the working directory, else from the repository root)
+    references: str | None = None  #: translation references (`bench.translation.references` JSONL) scoring the
+    #: translation attempts, one per translation prompt id (default: the benchmark's own)
 
     def __post_init__(self) -> None:
         from bench.canvas.medium import get_medium
@@ -100,20 +105,30 @@ class StudyConfig:
     def from_preset(cls, preset: str, **overrides: Any) -> "StudyConfig":
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
+        if "parts" in PRESETS[preset]:
+            raise ValueError(f"preset {preset!r} runs one study per part ({', '.join(PRESETS[preset]['parts'])}): "
+                             "run it with `ambench run --preset` (experiments.organisms.run_parts)")
         names = {f.name for f in fields(cls)}
         values: dict[str, Any] = {**PRESETS[preset], "preset": preset}
         values.update({k: v for k, v in overrides.items() if v is not None})
         bad = sorted(set(values) - names)
         if bad:
             raise ValueError(f"unknown setting(s) {', '.join(bad)}")
-        if "models" in values:
-            values["models"] = tuple(values["models"])
+        for k in ("models", "prompt_files"):
+            if k in values:
+                values[k] = tuple(values[k])
         return cls(**values)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "StudyConfig":
+        """The config `as_dict` wrote (config.json), with its tuples back."""
+        return cls(**{**d, "models": tuple(d["models"]), "prompt_files": tuple(d.get("prompt_files", ()))})
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["models"] = list(self.models)
         d["media"] = list(self.media)
+        d["prompt_files"] = list(self.prompt_files)
         return d
 
     # ------------------------------------------------------------------ the stages' settings
@@ -169,11 +184,35 @@ class StudyConfig:
                 + [("layout", "canvas", m) for m in self.media])  # issue 16: extra canvas media
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def data_path(name: str) -> Path:
+    """A file named by a setting: as given when it exists (absolute, or relative to the working directory),
+    else relative to the repository root (presets name the organisms' committed prompt files that way)."""
+    p = Path(name).expanduser()
+    if p.exists() or p.is_absolute():
+        return p
+    return REPO / p if (REPO / p).exists() else p
+
+
 def prompt_sets(c: StudyConfig) -> dict[str, list[Any]]:
     from bench.layout.prompts import load_layout_prompts
     from bench.translation.references import load_references
-    from interp.prompts import PromptItem, translation_items
+    from interp.prompts import PromptError, PromptItem, load_prompts, translation_items
 
+    if c.prompt_files:
+        sets: dict[str, list[Any]] = {"translation": [], "layout": []}
+        seen: set[tuple[str, str]] = set()
+        for f in c.prompt_files:
+            for it in load_prompts(data_path(f)):
+                if it.task not in sets:
+                    raise PromptError(f"{f}: prompt {it.id!r} has task {it.task!r}; the study runs translation and layout prompts")
+                if (it.task, it.id) in seen:
+                    raise PromptError(f"{f}: prompt id {it.id!r} ({it.task}) appears twice among the prompt files")
+                seen.add((it.task, it.id))
+                sets[it.task].append(it)
+        return sets
     tr = translation_items([r.id for r in load_references("sampled")])[: c.translation_prompts]
     lay = []
     counts: dict[str, int] = {}
@@ -259,6 +298,24 @@ def _dino_device(c: StudyConfig) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+def load_reference_file(path: Path) -> list[Any]:
+    """Translation references from a JSONL file (one `Reference.to_json()` object a line); one sentence on bad input."""
+    from bench.translation.references import Reference
+    from experiments.stages.translation import InputError
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the references file {path}: {e}") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(Reference.from_json(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as e:
+            raise InputError(f"{path}:{n}: not a translation reference ({e})") from None
+    return out
 
 
 # --------------------------------------------------------------------------- the study
@@ -386,7 +443,8 @@ def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callabl
     if not rd.file(RunDir.TRANSLATION_REFS).exists():
         from bench.translation.references import load_references
 
-        rd.write_text(RunDir.TRANSLATION_REFS, "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in load_references("all")))
+        refs = load_reference_file(data_path(c.references)) if c.references else load_references("all")
+        rd.write_text(RunDir.TRANSLATION_REFS, "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in refs))
     summary: dict[str, Any] = {}
     if any(r["task"] == "translation" for r in rd.rows(RunDir.GENERATIONS)):
         # score_attempts reads the translation rows of generations.jsonl as they are (by prompt_id)
@@ -480,7 +538,7 @@ def run_ray(c: StudyConfig, out: Path, n_shards: int, say: Callable[[str], None]
         import torch
 
         torch.set_num_threads(threads)
-        cfg = StudyConfig(**{**config, "models": tuple(config["models"])})
+        cfg = StudyConfig.from_dict(config)
         run_study(cfg, Path(folder), (i, n), say=lambda m: None)
         return folder
 
@@ -524,7 +582,7 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
     for s, cfg in zip(shards, configs):
         if cfg.get("stages", {}).get("study", {}).get("config") != base:
             raise RunError(f"{s} was made with other settings than {shards[0]}")
-    c = StudyConfig(**{**base, "models": tuple(base["models"])})
+    c = StudyConfig.from_dict(base)
     sets = prompt_sets(c)
     with writing(out, "ambench merge") as rd:
         if rd.file(RunDir.CONFIG).exists():

@@ -81,9 +81,18 @@ def file_digest(path: Path, limit: int = 1 << 20) -> str:
 
 
 def resolve(name_or_path: str) -> tuple[str, Path | None]:
-    """('embedded', None) for a registry name, ('folder', path) for a local HF folder, else ModelError."""
+    """('embedded', None) for a registry name, ('organism', None) for `organism:NAME[@SEED]` (interp.organisms),
+    ('folder', path) for a local HF folder, ('hub', None) for a hub name, else ModelError."""
     if name_or_path in EMBEDDED:
         return "embedded", None
+    if name_or_path.startswith("organism:"):
+        from interp.organisms import OrganismError, parse
+
+        try:
+            parse(name_or_path)
+        except OrganismError as e:
+            raise ModelError(str(e)) from None
+        return "organism", None
     p = Path(name_or_path).expanduser()
     if p.is_dir():
         if not (p / "config.json").is_file():
@@ -92,11 +101,20 @@ def resolve(name_or_path: str) -> tuple[str, Path | None]:
     if "/" in name_or_path and not p.exists():
         return "hub", None  # a hub name, usable only if it is already in the local HF cache
     known = ", ".join(EMBEDDED)
-    raise ModelError(f"unknown model {name_or_path!r}: use one of {known}, a local Hugging Face folder, or a cached hub name")
+    raise ModelError(f"unknown model {name_or_path!r}: use one of {known}, organism:NAME, a local Hugging Face folder, "
+                     "or a cached hub name")
 
 
 def ensure_folder(name: str, progress: bool = True) -> Path:
-    """Float32 HF folder for an embedded model, converting its GGUF once into the cache."""
+    """Float32 HF folder for an embedded model (its GGUF converted once into the cache) or an organism
+    (committed, or trained once into the cache: see interp.organisms)."""
+    if name.startswith("organism:"):
+        from interp.organisms import OrganismError, folder_for
+
+        try:
+            return folder_for(name)
+        except OrganismError as e:
+            raise ModelError(str(e)) from None
     model = EMBEDDED.get(name)
     if model is None:
         raise ModelError(f"{name!r} is not an embedded model ({', '.join(EMBEDDED)})")

@@ -76,7 +76,7 @@ class ModelInfo:
     """What was loaded, recorded with every output (config.json, HDF5 metadata)."""
 
     name: str  #: registry name, folder or hub name as given
-    source: str  #: embedded | folder | hub
+    source: str  #: embedded | organism | folder | hub
     path: str  #: the Hugging Face folder the weights came from
     weights_digest: str  #: `weights_digest(path)`: changes with any re-release of the weights
     architecture: str  #: `config.architectures[0]`, e.g. Gemma2ForCausalLM
@@ -227,7 +227,7 @@ class Runtime:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub at run time
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         kind, folder = resolve(model)
-        if kind == "embedded":
+        if kind in ("embedded", "organism"):
             folder = ensure_folder(model)
         elif kind == "hub":
             try:

@@ -3,7 +3,11 @@
 #  1. the sandbox over the benign and hostile corpora (renders + outcome kinds)
 #  2. the translation task: references, the canonical transcriptions scored through the sandbox (an
 #     oracle "model": must pass the gate at PIoU 1.000), and the null baseline
-#  3. `ambench run --preset quick`: SmolLM2 135M Instruct, few-shot, 1 greedy + 2 sampled attempts on
+#  3. `ambench run --preset organisms`: the same study on the model organisms (small models trained
+#     here whose plans were constructed, docs/organisms.md), and OUT/organisms/known_answers.md saying
+#     per method whether it recovered the constructed answer (a method that misses it there is not to be
+#     trusted on a real model)
+#  4. `ambench run --preset quick`: SmolLM2 135M Instruct, few-shot, 1 greedy + 2 sampled attempts on
 #     20 translation and 15 layout prompts (one per subcategory); renders, PIoU, layout validity and
 #     triviality, the residual stream at every layer, probes with controls, the four intervention
 #     arms, activation patching, and report/index.html
@@ -33,7 +37,7 @@ for b, r in zip(benign, rb):
 right = sum(r.outcome == h["expect"] for h, r in zip(hostile, rh))
 summary = {"benign_rendered": ok, "benign_total": len(benign), "hostile_right_outcome": right, "hostile_total": len(hostile)}
 (out / "sandbox_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-print(f"[1/3] sandbox: benign corpus {ok}/{len(benign)} rendered to {out}/renders; hostile corpus {right}/{len(hostile)} got the expected outcome")
+print(f"[1/4] sandbox: benign corpus {ok}/{len(benign)} rendered to {out}/renders; hostile corpus {right}/{len(hostile)} got the expected outcome")
 PY
 $AMB translation refs --set all --out "$OUT/translation_refs.jsonl" >/dev/null
 .venv/bin/python - "$OUT" <<'PY'
@@ -45,10 +49,13 @@ with open(f"{out}/translation_refs.jsonl") as f, open(f"{out}/translation_oracle
         g.write(json.dumps({"ref_id": r["id"], "model": "oracle-canonical", "sample": 0, "text": "```python\n" + r["canonical"] + "```"}) + "\n")
 PY
 rm -f "$OUT/translation_oracle_scores.jsonl"
-echo "[2/3] translation: scoring the canonical transcriptions of all references through the sandbox"
+echo "[2/4] translation: scoring the canonical transcriptions of all references through the sandbox"
 $AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$OUT/translation_oracle_attempts.jsonl" --out "$OUT/translation_oracle_scores.jsonl"
 $AMB translation baseline --draws 20 --seed 0 | tee "$OUT/translation_null.txt"
-echo "[3/3] the study on the embedded model: ambench run --preset quick --out $OUT/study"
+echo "[3/4] the study on the model organisms: ambench run --preset organisms --out $OUT/organisms"
+$AMB run --preset organisms --out "$OUT/organisms" >/dev/null
+cat "$OUT/organisms/known_answers.md"
+echo "[4/4] the study on the embedded model: ambench run --preset quick --out $OUT/study"
 $AMB run --preset quick --out "$OUT/study" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
 echo "report: $OUT/study/report/index.html"
 echo "done: results in $OUT"

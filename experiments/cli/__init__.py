@@ -8,6 +8,7 @@
 - `probe`, `intervene`, `patch`, `steer`: Exp. 3 and beyond (analysis.py)
 - `consistency`: the DINO appendix analyses, concept consistency and the entropy confound (consistency.py)
 - `run`, `merge`: the whole study, shards (study.py)
+- `organism list|train`: the model organisms with known plans (organisms.py)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from experiments.cli import judges  # noqa: F401
 from experiments.cli import analysis  # noqa: F401
 from experiments.cli import consistency  # noqa: F401
 from experiments.cli import study  # noqa: F401
+from experiments.cli import organisms  # noqa: F401
 from experiments.cli.common import app, fail
 
 __all__ = ["app", "fail", "main"]

@@ -14,7 +14,8 @@ from experiments.cli.common import DeviceMapOpt, DeviceOpt, DtypeOpt, QuantizeOp
 @app.command("run")
 def run_cmd(
     models: Optional[list[str]] = typer.Option(None, "--model", "-m", help="Model(s) to study (repeat the option)."),
-    preset: str = typer.Option("quick", "--preset", help="quick (embedded model, small stratified subset, minutes on a CPU) or paper."),
+    preset: str = typer.Option("quick", "--preset", help="quick (embedded model, small stratified subset, minutes on a CPU), paper, "
+                               "or organisms (the study on the model organisms, one run per part in OUT/<part>)."),
     out: Path = typer.Option(Path("runs/study"), "--out", help="Run directory; rerunning the same command resumes it."),
     seed: int = typer.Option(0, "--seed"),
     translation_prompts: Optional[int] = typer.Option(None, "--translation-prompts", min=0, help="Override the preset."),
@@ -22,6 +23,11 @@ def run_cmd(
     samples: Optional[int] = typer.Option(None, "--samples", min=0, help="Sampled layout attempts per prompt besides the greedy one."),
     translation_samples: Optional[int] = typer.Option(None, "--translation-samples", min=0,
                                                       help="Sampled translation attempts per reference besides the greedy one."),
+    prompt_files: Optional[list[Path]] = typer.Option(None, "--prompts",
+                                                      help="Prompt-set file(s) (JSONL: id, task, text, subject) replacing the built-in "
+                                                           "prompts; repeat the option."),
+    references: Optional[Path] = typer.Option(None, "--references",
+                                              help="Translation references (JSONL) scoring the translation prompts of --prompts."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1),
     protocol: Optional[str] = typer.Option(None, "--protocol"),
     svg: Optional[bool] = typer.Option(None, "--svg/--no-svg", help="Also run the SVG arm (default: on in the paper preset)."),
@@ -51,10 +57,27 @@ def run_cmd(
     shards: int = typer.Option(2, "--shards", min=1, help="Ray backend: number of shard tasks."),
 ) -> None:
     """The whole study as one resumable command: generate, score, capture, probe, intervene, report."""
+    from experiments.organisms import parts_of, run_parts
     from experiments.study import StudyConfig, parse_shard, run_ray, run_study
 
     if backend not in ("local", "ray"):
         fail("--backend must be local or ray")
+    files = tuple(str(p) for p in prompt_files) if prompt_files else None
+    if parts_of(preset) is not None:
+        if backend == "ray" or shard:
+            fail(f"preset {preset} runs several small studies locally; --backend ray and --shard are for single studies")
+        overrides = dict(seed=seed, max_new_tokens=max_new_tokens, samples=samples, translation_samples=translation_samples,
+                         continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
+                         patch_cuts=patch_cuts, device=device, dtype=dtype, models=models or None)
+        if files or references or translation_prompts is not None or layout_per_subcategory is not None:
+            fail(f"preset {preset} names its own prompt files per part; drop --prompts, --references and the prompt counts")
+        with boundary():
+            try:
+                summary = run_parts(preset, out, overrides, say=lambda m: typer.echo(m, err=True))
+            except ValueError as e:
+                fail(str(e))
+        typer.echo(json.dumps(summary, indent=1, sort_keys=True))
+        return
     if backend == "ray" and shard:
         fail("--shard is for batch schedulers; the ray backend shards by itself (--shards N)")
     try:
@@ -65,7 +88,8 @@ def run_cmd(
                                     continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
                                     patch_cuts=patch_cuts, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
                                     dino_folder=dino_folder, trajectory=trajectory,
-                                    trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize)
+                                    trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize,
+                                    prompt_files=files, references=str(references) if references else None)
         sh = parse_shard(shard) if shard else None
     except ValueError as e:
         fail(str(e))

@@ -1,0 +1,125 @@
+"""The pipeline's stages recover the organisms' known answers (docs/organisms.md), on the committed weights.
+
+Each test runs the unchanged stages (generate, capture, probes; generate, interventions, patching;
+generate, translation scoring) into a run directory, on a subset of an organism's held-out prompts, and
+asserts the constructed answer from the rows. Each has a broken variant that must fail the same check: the
+sibling organism built the other way (fixed-plan for the tracker, the other planner's targets for a planner's
+activations) or an untrained model of the same shape. Skipped when the committed weights are missing or stale
+(tests/interp/test_organisms.py fails for that).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from interp.organisms import WEIGHTS, record
+from interp.organisms.zoo import ORGANISMS, code_version
+
+def needs(*names: str):
+    """Skip unless the committed weights of these organisms exist and were built by the current code
+    (tests/interp/test_organisms.py fails for missing or stale ones: retrain with scripts/train_organisms.py)."""
+    stale = [n for n in names if (record(WEIGHTS / n) or {}).get("code_version") != code_version(n)]
+    return pytest.mark.skipif(bool(stale), reason=f"committed weights missing or stale: {', '.join(stale)}")
+
+
+def _generate(run, names, items, samples=0, max_new_tokens=200):
+    from experiments.stages.generate import GenerateSettings, generate_stage
+    from interp.runtime import Runtime
+
+    rts = {}
+    for name in names:
+        rt = Runtime.load(f"organism:{name}", device="cpu")
+        s = GenerateSettings(samples, 0.7, 0, max_new_tokens, 40, "auto", 0, "canvas")
+        generate_stage(rt, items, run, s, model=f"organism:{name}")
+        rts[name] = rt
+    return rts
+
+
+def _prompts(name, n, step=1):
+    from interp.prompts import load_prompts
+
+    return load_prompts(WEIGHTS / name / "prompts.jsonl")[::step][:n]
+
+
+@needs("xor-planner", "xor-planner-b")
+def test_probe_stage_recovers_the_planners_plans_and_not_the_siblings(tmp_path):
+    from experiments.stages.capture import CaptureSettings, capture_stage
+    from experiments.stages.probe import ProbeSettings, probe_stage
+
+    run = tmp_path / "run"
+    items = _prompts("xor-planner", 80, 2)
+    rts = _generate(run, ("xor-planner", "xor-planner-b"), items)
+    for name, rt in rts.items():
+        capture_stage(rt, items, run, CaptureSettings("auto", 0, "float32", 40), model=f"organism:{name}")
+    rows = probe_stage(run, None, ProbeSettings(tasks=("layout",), n_perm=99, n_perm_layers=0, n_boot=200,
+                                                pca=(4, 8, 16, 32), outer=5, inner=3))
+
+    def one(**m):
+        got = [r for r in rows if all(r.get(k) == v for k, v in m.items())]
+        assert len(got) == 1, m
+        return got[0]
+
+    for name, other in (("xor-planner", "xor-planner-b"), ("xor-planner-b", "xor-planner")):
+        m = f"organism:{name}"
+        d = one(model=m, target="own", features="delta", position="last")
+        assert d["r2_text"] < 0.1, d  # the text baseline cannot read an XOR of words that share no bigram
+        assert d["delta_r2"] > 0.5 and d["delta_ci"][0] > 0, d
+        assert d["p_perm"] <= 0.01 and d["q_bh"] <= 0.02, d  # 99 permutations: p >= 0.01 by construction
+        layers = sorted((r for r in rows if r["model"] == m and r.get("target") == "own" and r.get("features") == "resid"
+                         and r["position"] == "last" and isinstance(r["layer"], int)), key=lambda r: r["layer"])
+        assert layers[0]["r2"] < 0.1 and max(r["r2"] for r in layers) > 0.8  # not in the embeddings; in the stream
+        # the broken variant: the same activations with the sibling's plans as targets decode nothing
+        cross = one(model=m, target=f"model:organism:{other}", features="resid", position="last", layer="best")
+        assert cross["r2"] < 0.3, cross
+        spec = one(model=m, target="specific", features="resid", position="last", layer="best")
+        assert spec["ci"][0] > 0, spec  # the model-specific component is decodable here, by construction
+
+
+@needs("tracker", "fixed-plan")
+def test_intervention_stage_separates_the_tracker_from_the_fixed_plan_writer(tmp_path):
+    from experiments.stages.intervene import InterveneSettings, intervene_stage, summarise_interventions
+    from experiments.stages.patch import PatchSettings, patch_stage
+
+    run = tmp_path / "run"
+    items = _prompts("tracker", 24, 3)
+    rts = _generate(run, ("tracker", "fixed-plan"), items, max_new_tokens=300)
+    for name, rt in rts.items():
+        intervene_stage(rt, run, f"organism:{name}", InterveneSettings(continuations=3, max_new_tokens=24, limit=24))
+    patch_stage(rts["tracker"], run, "organism:tracker", PatchSettings(layers=(0, 2, 4), continuations=2, max_new_tokens=24, limit=6))
+    table = summarise_interventions(run, 0, n_boot=300, n_perm=300)
+    arms = {(r["model"].split(":")[1], r["arm"]): r for r in table["arms"]}
+    tr_mu, tr_used = arms[("tracker", "moved-unused")], arms[("tracker", "moved-used")]
+    assert tr_mu["delta_vs_asis"] >= 0.3 and tr_mu["delta_ci"][0] > 0, tr_mu
+    assert tr_mu["rate"] > tr_used["rate"], (tr_mu, tr_used)  # dose-response: moved off the region > moved within it
+    for arm in ("moved-unused", "moved-used"):
+        fx = arms[("fixed-plan", arm)]
+        assert fx["delta_ci"][0] <= 0 <= fx["delta_ci"][1], fx  # the broken variant: nothing to find
+    assert not (arms[("fixed-plan", "moved-unused")]["delta_vs_asis"] >= 0.3
+                and arms[("fixed-plan", "moved-unused")]["delta_ci"][0] > 0)
+    patch = [r for r in table["patching"] if r["model"] == "organism:tracker"]
+    assert {r["layer"] for r in patch} == {0, 2, 4} and all(r["cuts"] > 0 for r in patch)
+
+
+@needs("translator")
+def test_translation_scoring_gives_the_translator_exact_piou(tmp_path):
+    from experiments.rundir import RunDir
+    from experiments.stages.translation import score_attempts
+
+    run = tmp_path / "run"
+    items = _prompts("translator", 30, 6)
+    _generate(run, ("translator",), items, max_new_tokens=300)
+    out = tmp_path / "scores.jsonl"
+    score_attempts(WEIGHTS / "translator" / "references.jsonl", run / RunDir.GENERATIONS, out)
+    piou = [json.loads(line)["piou"] for line in out.read_text().splitlines()]
+    assert len(piou) == len(items) and float(np.median(piou)) >= 0.9
+    # the broken variant: the same answers scored against the next prompt's reference
+    refs = [json.loads(line) for line in (WEIGHTS / "translator" / "references.jsonl").read_text().splitlines()]
+    ids = [r["id"] for r in refs]
+    shifted = tmp_path / "shifted.jsonl"
+    shifted.write_text("".join(json.dumps({**r, "id": ids[(i + 1) % len(ids)]}) + "\n" for i, r in enumerate(refs)))
+    wrong = tmp_path / "wrong.jsonl"
+    score_attempts(shifted, run / RunDir.GENERATIONS, wrong)
+    assert float(np.median([json.loads(line)["piou"] for line in wrong.read_text().splitlines()])) < 0.5
