@@ -283,8 +283,8 @@ def trajectory(
     typer.echo(f"attempts: {json.dumps(out['counts'])}")
     for r in out["rows"]:
         if r.get("probe"):
-            typer.echo(f"boundary {r['boundary']} (n {r['n']}) {r['probe']:<12} R^2 {r['r2']:+.3f} "
-                       f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]")
+            f = lambda v: "n/a" if v is None else f"{v:+.3f}"  # noqa: E731 - undefined for a constant target
+            typer.echo(f"boundary {r['boundary']} (n {r['n']}) {r['probe']:<12} R^2 {f(r['r2'])} [{f(r['ci'][0])}, {f(r['ci'][1])}]")
         elif "skipped" in r:
             typer.echo(f"boundary {r['boundary']}: skipped, {r['skipped']}")
     typer.echo(f"{model}: {verdict(out['rows'])}")

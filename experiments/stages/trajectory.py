@@ -182,13 +182,18 @@ def probe_boundaries(attempts: Sequence[Attempt], acts: Sequence[np.ndarray], s:
             r = res[name]
             y = y_drawn if name == "drawn" else y_final
             layers = sorted({c.get("layer") for c in r.chosen if c.get("layer") is not None})
-            rows.append({**row, "probe": name, "r2": float(r.r2), "ci": list(bootstrap_ci(y, r.pred, s.n_boot, s.seed)),
+            # R^2 of a constant target (nothing drawn yet at every attempt) is undefined: None, not NaN
+            rows.append({**row, "probe": name, "r2": _num(r.r2), "ci": [_num(v) for v in bootstrap_ci(y, r.pred, s.n_boot, s.seed)],
                          "layers": layers if name != "state" else None})
         d = float(res["final"].r2 - res["state"].r2)
-        ci = list(delta_bootstrap_ci(y_final, res["final"].pred, res["state"].pred, s.n_boot, s.seed))
-        rows.append({**row, "probe": "final-state", "r2": d, "ci": ci, "layers": None,
-                     "lead": bool(ci[0] > s.lead_margin), "lead_margin": s.lead_margin})
+        ci = [_num(v) for v in delta_bootstrap_ci(y_final, res["final"].pred, res["state"].pred, s.n_boot, s.seed)]
+        rows.append({**row, "probe": "final-state", "r2": _num(d), "ci": ci, "layers": None,
+                     "lead": bool(ci[0] is not None and ci[0] > s.lead_margin), "lead_margin": s.lead_margin})
     return rows
+
+
+def _num(v: float) -> float | None:
+    return float(v) if np.isfinite(v) else None
 
 
 def trajectory_stage(rt: Any, run: Any, model: str | None = None, s: TrajectorySettings = TrajectorySettings(),
@@ -226,8 +231,9 @@ def _plot(rd: RunDir, model: str, task: str, rows: list[dict[str, Any]]) -> None
     for name, (colour, label) in style.items():
         sel = [r for r in pts if r["probe"] == name]
         ks = [r["boundary"] for r in sel]
-        ax.plot(ks, [r["r2"] for r in sel], marker="o", color=colour, label=label, ls="--" if name == "state" else "-")
-        ax.fill_between(ks, [r["ci"][0] for r in sel], [r["ci"][1] for r in sel], color=colour, alpha=0.15)
+        v = lambda x: np.nan if x is None else x  # noqa: E731 - undefined R^2 (constant target) is a gap
+        ax.plot(ks, [v(r["r2"]) for r in sel], marker="o", color=colour, label=label, ls="--" if name == "state" else "-")
+        ax.fill_between(ks, [v(r["ci"][0]) for r in sel], [v(r["ci"][1]) for r in sel], color=colour, alpha=0.15)
     ax.axhline(0, color="black", lw=0.5)
     ax.set_xlabel("statement boundary (0 = last prompt token; k = after statement k)")
     ax.set_ylabel("probe R^2 (best layer inside the folds)")
@@ -242,7 +248,7 @@ def verdict(rows: Sequence[dict[str, Any]]) -> str:
     """One sentence per model from the rows: does the final canvas lead what is drawn?"""
     pts = {(r["boundary"], r["probe"]): r for r in rows if r.get("kind") == "boundary" and "probe" in r}
     first = pts.get((0, "final"))
-    if first is None:
+    if first is None or first["r2"] is None:
         return "too few attempts to probe the first boundary"
     gaps = [pts[(k, "final-state")] for k in sorted({k for k, p in pts if p == "final-state"})]
     lead = [g["boundary"] for g in gaps if g["lead"]]

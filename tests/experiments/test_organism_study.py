@@ -123,3 +123,45 @@ def test_translation_scoring_gives_the_translator_exact_piou(tmp_path):
     wrong = tmp_path / "wrong.jsonl"
     score_attempts(shifted, run / RunDir.GENERATIONS, wrong)
     assert float(np.median([json.loads(line)["piou"] for line in wrong.read_text().splitlines()])) < 0.5
+
+
+@pytest.fixture
+def untrained_planner(tmp_path):
+    """A model of the xor-planner's shape and tokenizer with its initial weights and no training."""
+    from interp.organisms.tokenizer import build_tokenizer
+    from interp.organisms.train import build_model
+    from interp.runtime import Runtime
+
+    folder = tmp_path / "untrained"
+    tok = build_tokenizer()
+    build_model(ORGANISMS["xor-planner"].config, tok, 0).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return Runtime.from_folder(folder, name="untrained")
+
+
+@needs("xor-planner")
+def test_trajectory_finds_the_planners_plan_before_it_draws_and_an_untrained_model_has_none(tmp_path, untrained_planner):
+    """Plan or state (issue 16) on real activations: the xor-planner names its plan before its code, so its final
+    canvas is decodable at the last prompt token and ahead of the drawn code; the same attempts probed in an
+    untrained model of the same shape (the broken variant) hold no plan."""
+    from experiments.rundir import RunDir
+    from experiments.stages.trajectory import TrajectorySettings, trajectory_stage, verdict
+
+    run = tmp_path / "run"
+    rts = _generate(run, ("xor-planner",), _prompts("xor-planner", 60, 3))
+    s = TrajectorySettings(boundaries=3, n_boot=200)
+    with RunDir.writer(run) as rd:
+        got = trajectory_stage(rts["xor-planner"], rd, "organism:xor-planner", s)["rows"]
+    assert got[0]["counts"]["used"] == 60
+    pts = {(r["boundary"], r["probe"]): r for r in got if r.get("probe")}
+    assert pts[(0, "final")]["r2"] > 0.8 and pts[(0, "final-state")]["lead"] and pts[(1, "final-state")]["lead"]
+    assert "a plan ahead of the state" in verdict(got)
+    # the broken variant: an untrained model reading the same attempts (rows copied under its name)
+    from experiments.rundir import reading
+
+    rows = [{**r, "model": "untrained"} for r in reading(run).rows(RunDir.GENERATIONS)]
+    with RunDir.writer(run) as rd:
+        rd.append(RunDir.GENERATIONS, rows)
+        broken = trajectory_stage(untrained_planner, rd, "untrained", s)["rows"]
+    bpts = {(r["boundary"], r["probe"]): r for r in broken if r.get("probe")}
+    assert bpts[(0, "final")]["r2"] < 0.5 and not bpts[(0, "final-state")]["lead"]
