@@ -82,6 +82,8 @@ class StudyConfig:
     selectivity: bool = False
     #: the attention focus of drawing statements on the prompt's spatial words, per valid layout attempt
     attention: bool = False
+    trajectory: bool = False  #: probe the drawn and the final canvas at every statement boundary (plan or state)
+    dino_folder: str | None = None  #: a local DINO ViT folder; the concept-consistency stage runs when given
 
     def __post_init__(self) -> None:
         from bench.canvas.medium import get_medium
@@ -243,12 +245,29 @@ def _check_safetensors(path: Path) -> None:
         raise ModelError(f"{path} is truncated ({size} bytes, its header needs {8 + n + end}): copy it again")
 
 
+def check_dino(c: StudyConfig) -> None:
+    """A DINO folder that cannot be loaded fails before hours of generation, not at the end of the run."""
+    if c.dino_folder:
+        from interp.dino import load_dino
+
+        load_dino(c.dino_folder, "cpu")
+
+
+def _dino_device(c: StudyConfig) -> str:
+    if c.device:
+        return c.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 # --------------------------------------------------------------------------- the study
 
 
 def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None = None,
               say: Callable[[str], None] = print) -> dict[str, Any]:
     check_models(c.models)  # a typo or a broken folder fails here, before the run directory records anything
+    check_dino(c)
     sets = prompt_sets(c)
     with writing(out, "ambench run") as rd:
         # which shard a directory ran is not a setting: a merge's copies run other shards of the same study
@@ -336,9 +355,24 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
             ac = attention_stage(rt, rd, m, c.attention_settings(), progress=bar.update, shard=shard)
         say(f"[model {m}] attention: {ac['written']} attempts written of {ac['attempts']} valid"
             + (f"; {ac['errors']} not read: {ac['error']}" if ac["errors"] else ""))
+    if c.trajectory and shard is None:  # one forward pass per greedy attempt: cheap, and its probes need all of them
+        from experiments.stages.trajectory import TrajectorySettings, trajectory_stage, verdict
+
+        say(f"[model {m}] plan or state: probes at every statement boundary")
+        out = trajectory_stage(rt, rd, m, TrajectorySettings(n_boot=c.n_boot, seed=c.seed))
+        say(f"[model {m}] plan or state: {verdict(out['rows'])}")
+    elif c.trajectory:
+        say(f"[model {m}] plan or state is not sharded (one forward pass per greedy attempt): run "
+            f"`ambench trajectory --run MERGED --model {m}` on the merged run")
 
 
-def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable[[str], None] = print) -> dict[str, Any]:
+def finish(c: StudyConfig, run: Path | RunDir, sets: dict[str, list[Any]], say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The host stages after both model phases (renders, scores, tables, probes, judges, report) on `run`."""
+    with writing(run, "ambench run") as rd:
+        return _finish(c, rd, sets, say)
+
+
+def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable[[str], None]) -> dict[str, Any]:
     from experiments.stages.intervene import summarise_interventions
     from experiments.stages.layout import layout_table, media_table, tier_gap_table
     from experiments.stages.probe import ProbeError, probe_stage
@@ -393,6 +427,11 @@ def finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable
         say("judge")
         judge_stage(rd, make_judge({"kind": "openai", "name": c.judge_name or c.judge_model, "base_url": c.judge_url,
                                     "model": c.judge_model}))
+    if c.dino_folder:
+        from experiments.stages.consistency import ConsistencySettings, consistency_stage
+
+        say("DINO concept consistency and the entropy confound")
+        consistency_stage(rd, c.dino_folder, ConsistencySettings(seed=c.seed, device=_dino_device(c)))
     media = media_table(rd, n_boot=c.n_boot, seed=c.seed)
     if media:
         say("medium comparison (Exp. 2)")
@@ -446,6 +485,7 @@ def run_ray(c: StudyConfig, out: Path, n_shards: int, say: Callable[[str], None]
         return folder
 
     check_models(c.models)
+    check_dino(c)
     out = Path(out)
     for phase in ("a", "b"):
         folders = [out / RunDir.SHARDS / f"{phase}-{i}-of-{n_shards}" for i in range(n_shards)]

@@ -54,8 +54,11 @@ from interp.models import ModelError, ensure_folder, resolve
 from interp.residual import FINAL_NORM_SITE, ResidualSites, SiteError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
-    from jaxtyping import Float, Int
+    from jaxtyping import Bool, Float, Int
+    from transformers import BitsAndBytesConfig, Cache, PreTrainedModel, PreTrainedTokenizerBase
+    from transformer_lens.model_bridge import TransformerBridge
 
 #: Extra end-of-turn tokens that stop generation when present in the vocabulary.
 END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>", "<|end|>")
@@ -142,7 +145,7 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _dtype(name: str | None, device: str) -> Any:
+def _dtype(name: str | None, device: str) -> torch.dtype:
     import torch
 
     if name is None:
@@ -174,7 +177,7 @@ def remote_code(folder: Path) -> str | None:
     return ref if isinstance(ref, str) else str(ref[0])
 
 
-def _quantization_config(quantize: str | None, dtype: Any) -> Any:
+def _quantization_config(quantize: str | None, dtype: torch.dtype) -> BitsAndBytesConfig | None:
     if quantize is None:
         return None
     if quantize not in QUANTIZE:
@@ -193,8 +196,9 @@ def _quantization_config(quantize: str | None, dtype: Any) -> Any:
 class Runtime:
     """A loaded model: the Hugging Face model, its tokenizer, its residual hook points, and `info`."""
 
-    def __init__(self, model: Any, tokenizer: Any, info: ModelInfo, sites: ResidualSites, bridge: Any | None = None,
-                 bridge_factory: Callable[[], Any] | None = None) -> None:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, info: ModelInfo, sites: ResidualSites,
+                 bridge: TransformerBridge | None = None,
+                 bridge_factory: Callable[[], TransformerBridge] | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.info = info
@@ -241,7 +245,7 @@ class Runtime:
 
     @classmethod
     def from_folder(cls, folder: Path, name: str | None = None, source: str = "folder", device: str = "cpu",
-                    dtype: Any = None, compat: bool = False, attention: str | None = None,
+                    dtype: str | torch.dtype | None = None, compat: bool = False, attention: str | None = None,
                     trust_remote_code: bool = False, device_map: str | dict | None = None,
                     quantize: str | None = None) -> "Runtime":
         """Load a Hugging Face folder. `attention=None` takes the fastest kernel the architecture has (sdpa,
@@ -304,7 +308,7 @@ class Runtime:
             quantization=quantize or "none", trust_remote_code=trust_remote_code,
         )
 
-        def boot(twin_of: Any = hf) -> Any:
+        def boot(twin_of: PreTrainedModel = hf) -> TransformerBridge:
             from transformer_lens.model_bridge import TransformerBridge
 
             if compat:
@@ -312,7 +316,7 @@ class Runtime:
             else:
                 # the twin shares every parameter and buffer tensor with `hf` (its config is its own);
                 # the bridge rewires the twin's modules and runs them with eager attention
-                memo: dict[int, Any] = {id(p): p for p in twin_of.parameters()}
+                memo: dict[int, torch.Tensor] = {id(p): p for p in twin_of.parameters()}
                 memo.update({id(b): b for b in twin_of.buffers()})
                 twin = copy.deepcopy(twin_of, memo)
                 twin.set_attn_implementation("eager")
@@ -333,7 +337,7 @@ class Runtime:
         return cls(hf, tokenizer, info, sites, bridge=bridge, bridge_factory=None if compat else boot)
 
     @property
-    def bridge(self) -> Any:
+    def bridge(self) -> TransformerBridge:
         """The TransformerBridge over the same weights, booted on first use (ModelError when it has no adapter)."""
         if self._bridge is None:
             if self._bridge_factory is None:
@@ -400,7 +404,7 @@ class Runtime:
             return "bridge"
         return "hf"
 
-    def _attached(self, hooks: Hooks, path: str) -> Any:
+    def _attached(self, hooks: Hooks, path: str) -> contextlib.AbstractContextManager[object]:
         if not hooks:
             return contextlib.nullcontext()
         if path == "bridge":
@@ -409,7 +413,8 @@ class Runtime:
 
     # ------------------------------------------------------------------ forward passes
 
-    def _forward(self, ids: Any, mask: Any, cache: Any, path: str) -> tuple[Any, Any]:
+    def _forward(self, ids: Int[torch.Tensor, "batch seq"], mask: Int[torch.Tensor, "batch total"], cache: Cache,
+                 path: str) -> tuple[Float[torch.Tensor, "batch vocab"], Cache]:
         pos = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1]:]
         if path == "bridge":
             logits, cache = self.bridge(ids, return_type="logits_and_cache", attention_mask=mask, past_key_values=cache,
@@ -424,7 +429,7 @@ class Runtime:
         return out.logits[:, -1, :], cache
 
     @staticmethod
-    def _new_cache() -> Any:
+    def _new_cache() -> Cache:
         # a full cache on every layer: sliding-window layers are masked by position instead of being
         # truncated, which continue_batch needs to shift a row's cache (see the module docstring)
         from transformers import DynamicCache
@@ -515,7 +520,8 @@ class Runtime:
                 raise ModelError(f"out of memory continuing {b} rows on {self.device}: use fewer continuations") from None
             raise
 
-    def _decode(self, logits: Any, cache: Any, mask: Any, sampling: Sequence[Sampling], stop: StopRule, path: str,
+    def _decode(self, logits: Float[torch.Tensor, "batch vocab"], cache: Cache, mask: Int[torch.Tensor, "batch total"],
+                sampling: Sequence[Sampling], stop: StopRule, path: str,
                 on_token: Callable[[int], None] | None = None) -> list[Generation]:
         import torch
 
@@ -549,7 +555,7 @@ class Runtime:
         return gens
 
     @staticmethod
-    def _pick(logits: Any, s: Sampling, rng: Any) -> int:
+    def _pick(logits: Float[torch.Tensor, " vocab"], s: Sampling, rng: torch.Generator | None) -> int:
         import torch
 
         if s.temperature <= 0:
@@ -670,10 +676,10 @@ class Runtime:
         return cap.result()
 
 
-def _only_where(fn: Callable[..., Any], where: Any) -> Callable[..., Any]:
+def _only_where(fn: Callable[..., Any], where: Bool[torch.Tensor, "rows seq"]) -> Callable[..., Any]:
     """Wrap a prefill hook so that it changes only the positions where `where` ([rows, S]) is True."""
 
-    def hook(act: Any, hook: Any = None) -> Any:
+    def hook(act: torch.Tensor, hook: object = None) -> torch.Tensor:
         import torch
 
         if act.dim() < 2 or tuple(act.shape[:2]) != tuple(where.shape):
@@ -687,7 +693,7 @@ def _only_where(fn: Callable[..., Any], where: Any) -> Callable[..., Any]:
     return hook
 
 
-def _shift_rows(cache: Any, shift: Sequence[int]) -> None:
+def _shift_rows(cache: Cache, shift: Sequence[int]) -> None:
     """Repeat a batch-1 prefix cache for len(shift) rows, row i moved right by shift[i] slots (zeros on the left)."""
     b = len(shift)
     layers = getattr(cache, "layers", None)

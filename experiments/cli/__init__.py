@@ -6,6 +6,7 @@
 - `layout ...`, `renders`: prompts, renders, tables, arm comparisons (layout.py)
 - `judge`, `human ...`: VLM judges and the human kit (judges.py)
 - `probe`, `intervene`, `patch`, `steer`: Exp. 3 and beyond (analysis.py)
+- `consistency`: the DINO appendix analyses, concept consistency and the entropy confound (consistency.py)
 - `run`, `merge`: the whole study, shards (study.py)
 """
 
@@ -18,6 +19,7 @@ from experiments.cli import models  # noqa: F401
 from experiments.cli import layout  # noqa: F401
 from experiments.cli import judges  # noqa: F401
 from experiments.cli import analysis  # noqa: F401
+from experiments.cli import consistency  # noqa: F401
 from experiments.cli import study  # noqa: F401
 from experiments.cli.common import app, fail
 

@@ -257,3 +257,34 @@ def steer(
             fail(str(e))
     for r in summary:
         typer.echo(json.dumps(r))
+
+
+@app.command()
+def trajectory(
+    run: RunOpt,
+    model: ModelOpt = "smollm2-135m-instruct",
+    task: TaskOpt = "layout",
+    boundaries: int = typer.Option(6, "--boundaries", min=1, help="Statement boundaries probed after the prompt."),
+    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Prompt-bootstrap resamples of every CI."),
+    seed: SeedOpt = 0,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
+) -> None:
+    """Plan or state: probe the canvas drawn so far and the final canvas at every statement boundary."""
+    from experiments.stages.trajectory import TrajectorySettings, trajectory_stage, verdict
+
+    s = TrajectorySettings(task=task, boundaries=boundaries, n_boot=n_boot, seed=seed)
+    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+    with run_writer(run, "ambench trajectory") as rd:
+        out = trajectory_stage(rt, rd, model, s)
+    typer.echo(f"attempts: {json.dumps(out['counts'])}")
+    for r in out["rows"]:
+        if r.get("probe"):
+            typer.echo(f"boundary {r['boundary']} (n {r['n']}) {r['probe']:<12} R^2 {r['r2']:+.3f} "
+                       f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]")
+        elif "skipped" in r:
+            typer.echo(f"boundary {r['boundary']}: skipped, {r['skipped']}")
+    typer.echo(f"{model}: {verdict(out['rows'])}")

@@ -60,7 +60,9 @@ def errors() -> tuple[type[BaseException], ...]:
     from experiments.stages.translation import InputError
     from interp.prompts import PromptError
 
-    out: list[type[BaseException]] = [RunError, StoreError, PromptError, InputError]
+    from interp.dino import DinoError
+
+    out: list[type[BaseException]] = [RunError, StoreError, PromptError, InputError, DinoError]
     try:
         from interp.models import ModelError
 

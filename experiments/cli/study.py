@@ -42,6 +42,10 @@ def run_cmd(
     quantize: QuantizeOpt = None,
     judge_url: Optional[str] = typer.Option(None, "--judge-url", help="OpenAI-compatible VLM endpoint; judging runs when given."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model"),
+    trajectory: Optional[bool] = typer.Option(None, "--trajectory/--no-trajectory", help="Probe the drawn and the final "
+                                              "canvas at every statement boundary (default: on in the paper preset)."),
+    dino_folder: Optional[str] = typer.Option(None, "--dino-folder", help="Local DINO ViT folder (e.g. dino-vits8, "
+                                              "never downloaded); the concept-consistency stage runs when given."),
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only this shard's work units (for batch schedulers)."),
     backend: str = typer.Option("local", "--backend", help="local, or ray (every model stage as sharded Ray tasks)."),
     shards: int = typer.Option(2, "--shards", min=1, help="Ray backend: number of shard tasks."),
@@ -60,6 +64,7 @@ def run_cmd(
                                     svg=svg, media=tuple(media) if media else None, selectivity=selectivity, attention=attention,
                                     continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
                                     patch_cuts=patch_cuts, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
+                                    dino_folder=dino_folder, trajectory=trajectory,
                                     trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize)
         sh = parse_shard(shard) if shard else None
     except ValueError as e:

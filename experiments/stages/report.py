@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.rundir import RunDir, reading, writing
+from experiments.rundir import RunDir, reading, safe_name, writing
 
 
 def paper_values() -> dict[str, Any]:
@@ -326,6 +326,65 @@ def _interventions(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[
                      "a": " ".join(answers)}] if answers else [])
 
 
+def _trajectory(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The open question: plan or state along the generation (probes at every statement boundary)."""
+    rows = _read(run, RunDir.TRAJECTORY)
+    if not any(r.get("probe") for r in rows):
+        return [], []
+    from experiments.stages.trajectory import verdict
+
+    parts = ["<h2>Open question: a plan ahead of the drawing, or a state that follows it?</h2>",
+             "<p>At boundary 0 (the last prompt token) and after each top-level drawing statement of the greedy attempts, "
+             "probes decode (a) the canvas drawn so far, (b) the final canvas, and, without activations, the final canvas "
+             "from the drawn canvas alone (<em>state</em>). <em>final-state</em> is what the activations hold of the "
+             "final canvas beyond the code drawn so far (paired prompt-bootstrap CI).</p>"]
+    answers = []
+    for (model, task) in sorted({(r["model"], r["task"]) for r in rows if r.get("probe")}):
+        mine = [r for r in rows if (r["model"], r["task"]) == (model, task)]
+        table = [{**r, "ci": _ci(*r["ci"])} for r in mine if r.get("probe")]
+        parts.append(f"<h3>{html.escape(model)} ({html.escape(task)})</h3>" +
+                     _table(table, ["boundary", "n", "probe", "r2", "ci", "layers"]))
+        f = run.file(f"{RunDir.TRAJECTORY_PLOTS}/{safe_name(model)}-{safe_name(task)}.png")
+        if f.is_file():
+            parts.append(_img_file(f, f"plan or state: {model}"))
+        answers.append(f"{html.escape(model)}: {html.escape(verdict(mine))}.")
+    return parts, [{"q": "Do models hold the final canvas before they draw it? (open question)", "a": " ".join(answers)}]
+
+
+def _consistency(run: RunDir, paper: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Appendix E.2/E.3: DINO concept consistency per model and tier, and the entropy confound across models."""
+    rows = _read(run, RunDir.CONSISTENCY)
+    coh = [r for r in rows if r.get("kind") == "coherence"]
+    if not coh:
+        return [], []
+    from experiments.stages.consistency import PAPER
+
+    parts = ["<h2>Appendix: concept consistency (DINO) and the entropy confound</h2>",
+             "<p>Per model and tier: mean DINO distance between renders of the same prompt (d_intra) and of different "
+             "prompts (d_inter), their ratio (lower: the model draws one concept per prompt), the silhouette of the "
+             "prompts as clusters, and the local-structure distance between attempts of a prompt.</p>",
+             _table(coh, ["model", "arm", "tier", "n_renders", "n_prompts", "d_intra", "d_inter", "ratio", "silhouette",
+                          "local_distance"])]
+    answers = []
+    for c in [r for r in rows if r.get("kind") == "confound"]:
+        ent = [r for r in rows if r.get("kind") == "entropy" and r.get("arm") == c["arm"]]
+        parts.append(_table(ent, ["model", "arm", "mean_entropy", "local_distance", "fitted", "residual"]))
+        rho = "not computable" if c["rho"] is None else f"{c['rho']:.3f} (p = {c['p']:.3g})"
+        note = f" ({html.escape(c['note'])})" if c.get("note") else ""
+        answers.append(f"arm {html.escape(c['arm'])}: Spearman rho between mean token entropy and local-structure distance "
+                       f"over {c['n_models']} models = {rho}{note}.")
+    for r in rows:
+        if r.get("kind") == "map":
+            f = run.file(f"{RunDir.CONSISTENCY_PLOTS}/map-{safe_name(r['model'])}-{safe_name(r['arm'])}.png")
+            if f.is_file():
+                parts.append(_img_file(f, f"DINO map of {r['model']}, {r['arm']}"))
+    parts.append(f"<p class='paper'>Paper: rho = {PAPER['rho']} over {PAPER['n_models']} models (p {PAPER['p']}); "
+                 "entropy-adjusted residuals " + ", ".join(f"{k} {v:+.3f}" for k, v in PAPER["residual"].items()) + ".</p>")
+    if not answers:
+        answers = [f"{len({r['model'] for r in coh})} model(s) analysed; the confound needs at least 3 models."]
+    return parts, [{"q": "Is local-structure consistency more than token entropy? (appendix E.3)", "a": " ".join(answers)}]
+
+
 def _mosaics(run: RunDir) -> list[str]:
     from bench.layout.prompts import by_id
     from experiments.rundir import arm_of
@@ -383,7 +442,8 @@ def _write_report(run: RunDir) -> Path:
     paper = paper_values()
     summary: list[dict[str, Any]] = []
     body: list[str] = []
-    for section in (_translation, _layout, _media, _tier_gaps, _probes, _selectivity, _interventions, _attention):
+    for section in (_translation, _layout, _media, _tier_gaps, _probes, _selectivity, _interventions, _trajectory, _attention,
+                    _consistency):
         parts, answers = section(run, paper)
         body += parts
         summary += answers
