@@ -49,7 +49,7 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
         lambda: planners.dataset("xor-planner"), TrainConfig(steps=1000), "planners.py"),
     Organism(
         "xor-planner-b", "layout",
-        "the same prompts and bars, placed by v = A xor B and h = A xor C",
+        "the same prompts and bars, placed by v = A xor D and h = C xor D",
         "as xor-planner; shares v with it and differs in h: cross-model selectivity > 0",
         lambda: planners.dataset("xor-planner-b"), TrainConfig(steps=1000), "planners.py"),
     Organism(

@@ -64,7 +64,8 @@ def greedy_answers(rt, examples):
     from interp.runtime import Sampling, StopRule
 
     built = [build(e.item, ZERO_SHOT, rt.tokenizer) for e in examples]
-    gens = rt.generate([b.tokens for b in built], [Sampling(0.0, 0)] * len(built), StopRule(max_new_tokens=200))
+    # 320: the longest held-out answers (8 squares of 6x6) are ~205 tokens
+    gens = rt.generate([b.tokens for b in built], [Sampling(0.0, 0)] * len(built), StopRule(max_new_tokens=320))
     return [g.text if g.stop == "fence" else None for g in gens]
 
 
