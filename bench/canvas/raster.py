@@ -166,6 +166,10 @@ def poly_mask(points: list[tuple[float, float]], n: int) -> Mask:
         t = (y - ry[hit]) / (ry2[hit] - ry[hit])
         xs = np.sort(cx[hit] + t * (cx2[hit] - cx[hit]))
         for k in range(0, len(xs) - 1, 2):
+            if xs[k + 1] - xs[k] < 1e-9:
+                # a span of zero width (collinear or retraced edges, crossings differing by rounding) has no
+                # interior; without this, a centre lying on the line was painted while the shape's area is 0
+                continue
             a, b = _centre_range(float(xs[k]), float(xs[k + 1]), n)
             if a < b:
                 m[i, a:b] = True

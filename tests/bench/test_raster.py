@@ -125,6 +125,13 @@ def test_poly_area_tolerance(points):
     assert abs(cells - geom.area) <= geom.length / 2 + 2
 
 
+def test_polygons_without_interior_paint_nothing():
+    """Found by test_poly_area_tolerance: a collinear triangle and a retraced spike painted 3 cells on their
+    line while their shapes have area 0 (crossings computed in floating point straddled centres on the line)."""
+    for pts in ([(0.0, 0.0), (21.0, 21.0), (0.125, 0.125)], [(24.625, 24.625), (0.0, 0.0), (0.0, 1.0), (0.0, 0.0)]):
+        assert int(R.poly_mask(pts, N).sum()) == 0 and G.poly_shape(pts, N).area == 0
+
+
 @given(st.integers(-5, 30), st.integers(-5, 30), st.integers(0, 30), st.integers(0, 30))
 def test_rect_and_its_poly_paint_the_same_cells(r, c, h, w):
     pts = [(r, c), (r, c + w), (r + h, c + w), (r + h, c)]
