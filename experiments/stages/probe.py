@@ -195,25 +195,32 @@ def probe_stage(run: Any, models: list[str] | None = None, s: ProbeSettings = Pr
         return _probe_stage(rd, models, s, progress)
 
 
-def _probe_stage(rd: RunDir, models: list[str] | None, s: ProbeSettings,
-                 progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
+def open_stores(rd: RunDir, models: list[str] | None) -> dict[str, Any]:
+    """The run's activation stores by model name (the name the run uses), only `models` when given (names or
+    their safe file names); the caller closes them. No store at all is a ProbeError naming the command."""
     from activations.store import ActivationStore
-
-    say = progress or (lambda m: None)
 
     files = rd.activation_stores()
     if not files:
         raise ProbeError(f"{rd.path} has no activations: run `ambench capture --out {rd.path}` first")
-    render_stage(rd)
-    renders = read_renders(rd)
     stores = {}
     for f in files:
         st = ActivationStore(f)
-        name = st.meta.get("name", st.meta["model"]["name"])  # the model name the run uses
+        name = st.meta.get("name", st.meta["model"]["name"])
         if models is None or name in models or safe_name(name) in models:
             stores[name] = st
         else:
             st.close()
+    return stores
+
+
+def _probe_stage(rd: RunDir, models: list[str] | None, s: ProbeSettings,
+                 progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
+    say = progress or (lambda m: None)
+
+    stores = open_stores(rd, models)
+    render_stage(rd)
+    renders = read_renders(rd)
     if not stores:
         raise ProbeError(f"none of {models} has activations in {rd}")
     grid = s.grid

@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from experiments.rundir import RunDir, derive_seed, safe_name, writing
-from experiments.stages.probe import ProbeError, ProbeSettings, consensus, target_sets
+from experiments.rundir import RunDir, derive_seed, writing
+from experiments.stages.probe import ProbeSettings, consensus, open_stores, target_sets
 from experiments.stages.render import read_renders, render_stage
 from interp.probes import Grid, LayerSweep, bootstrap_counts, weighted_r2
 
@@ -98,21 +98,9 @@ def selectivity_stage(run: Any, s: SelectivitySettings = SelectivitySettings(), 
 
 def _selectivity(rd: RunDir, s: SelectivitySettings, models: list[str] | None,
                  say: Callable[[str], None]) -> list[dict[str, Any]]:
-    from activations.store import ActivationStore
-
-    files = rd.activation_stores()
-    if not files:
-        raise ProbeError(f"{rd.path} has no activations: run `ambench capture --out {rd.path}` first")
+    stores = open_stores(rd, models)
     render_stage(rd)
     renders = read_renders(rd)
-    stores = {}
-    for f in files:
-        st = ActivationStore(f)
-        name = st.meta.get("name", st.meta["model"]["name"])
-        if models is None or name in models or safe_name(name) in models:
-            stores[name] = st
-        else:
-            st.close()
     rows: list[dict[str, Any]] = []
     try:
         for task in s.tasks:
