@@ -177,7 +177,7 @@ def probe_boundaries(attempts: Sequence[Attempt], acts: Sequence[np.ndarray], s:
         xs = [np.stack([acts[i][k, li] for i in use]).astype(np.float64) for li in range(acts[use[0]].shape[1])]
         sweep = LayerSweep(xs, grid, seed=s.seed)
         res = {"drawn": sweep.best(y_drawn), "final": sweep.best(y_final)}
-        res["state"] = LayerSweep([y_drawn + 0.0], grid, seed=s.seed).best(y_final)
+        res["state"] = LayerSweep([y_drawn], grid, seed=s.seed).best(y_final)
         for name in PROBES:
             r = res[name]
             y = y_drawn if name == "drawn" else y_final
