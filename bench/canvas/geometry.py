@@ -94,10 +94,20 @@ def line_shape(r0: float, c0: float, r1: float, c1: float, grid: int) -> BaseGeo
 _GRID = 1e-9
 
 
+def _ring(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    return [(round(clamp(c), 9) + 0.0, round(clamp(r), 9) + 0.0) for r, c in points]
+
+
+def needs_even_odd(points: list[tuple[float, float]]) -> bool:
+    """Whether `poly_shape` takes its even-odd path for these (row, col) points (a ring that is not a
+    valid simple polygon): the path whose cost grows with the cube of the vertices."""
+    return len(points) >= 3 and not Polygon(_ring(points)).is_valid
+
+
 def poly_shape(points: list[tuple[float, float]], grid: int) -> BaseGeometry:
     if len(points) < 3:
         return EMPTY
-    xy = [(round(clamp(c), 9) + 0.0, round(clamp(r), 9) + 0.0) for r, c in points]
+    xy = _ring(points)
     poly = Polygon(xy)
     if poly.is_valid:
         return clip(poly, grid) if poly.area > 0 else EMPTY

@@ -168,7 +168,11 @@ class Limits:
 
     max_calls: int = 20_000  #: primitive calls
     max_pixels: int = 4_000_000  #: cell writes summed over calls
-    max_ops: int = 2_000_000  #: loop iterations + function calls + comprehension items
+    #: work units (bench.sandbox.meter): the static size of every loop pass, call and comprehension item,
+    #: plus the elements and bits that builtins, methods and operators touch, plus what primitives cost;
+    #: deterministic, so it decides `budget` the same way on every machine (calibrated by perf/bench_meter.py
+    #: to stay well under `cpu_seconds` of CPU)
+    max_ops: int = 10_000_000
     max_vertices: int = 4_096  #: vertices of one polygon
     #: coordinates a result may carry, summed over its shapes (the polygons' points and the shapes'
     #: outlines; a disc is 257): bounds what the host receives and what PIoU scoring must chew on
@@ -259,6 +263,8 @@ class Canvas:
         self.pixel_writes = 0
         self.vertices = 0  #: polygon points drawn so far (bounded by Limits.max_total_vertices)
         self.background: RGB = medium.background
+        #: where drawing charges its work units (the sandbox's meter; nothing outside it)
+        self.charge: Callable[[int], None] = _no_charge
         if medium.resolution != medium.grid:
             step = medium.grid / n
             centres = (np.arange(n) + 0.5) * step
@@ -283,6 +289,11 @@ class Canvas:
         if len(self.calls) >= self.limits.max_calls:
             raise BudgetExceeded(f"more than {self.limits.max_calls} primitive calls")
         params, color = self._parse(prim, list(args), dict(kwargs))
+        units = call_units(prim, params)
+        if units > self.limits.max_ops:
+            raise BudgetExceeded(f"{prim.name}() of {len(params) // 2} vertices crossing itself: its even-odd reading "
+                                 f"costs {units} work units, over the {self.limits.max_ops} of a program")
+        self.charge(units)
         rgb = self.medium.palette.rgb(color)
         n, grid = self.medium.resolution, self.medium.grid
         if prim.takes_points:
@@ -359,6 +370,31 @@ class Canvas:
 
     def shape_of(self, call: Call) -> BaseGeometry:
         return shape_of(self.medium, call)
+
+
+def _no_charge(units: int) -> None:
+    return None
+
+
+#: work units of one primitive call: parsing, rasterising, its shape and the checks on it (about 50 us)
+CALL_UNITS = 1_200
+#: per polygon vertex of a ring that does not cross itself (rasterising, clipping and checking its shape:
+#: 24 rings of 4,096 vertices took 0.62 s of CPU)
+VERTEX_UNITS = 128
+#: times n^3 for a self-crossing ring of n vertices: its even-odd reading (a XOR of n - 2 fan triangles)
+#: costs up to that (a 64-vertex star took 0.75 s of CPU, a 96-vertex one 2.7 s)
+CROSSING_UNITS = 50
+
+
+def call_units(prim: Primitive, params: tuple[float, ...]) -> int:
+    """Work units one primitive call costs (bench.sandbox.meter): deterministic in its parameters."""
+    if not prim.takes_points:
+        return CALL_UNITS
+    n = len(params) // 2
+    units = CALL_UNITS + VERTEX_UNITS * n
+    if n >= 4 and G.needs_even_odd(list(zip(params[0::2], params[1::2]))):
+        units += CROSSING_UNITS * n**3
+    return units
 
 
 def shape_of(medium: Medium, call: Call) -> BaseGeometry:

@@ -14,9 +14,11 @@ name) and every node must be of an allowed type. On top of that:
   builtins table would have them;
 - imports of `math` only; no class, try, with, raise, yield, async, global, del, decorators;
 - the source is bounded in size before it is parsed.
-`instrument()` then inserts a call to a private tick function at every loop iteration, function entry
-and comprehension item, and routes `**` / `<<` / `*` through checked helpers, so a program's work is
-metered without tracing. Private names cannot be written by the program, so it cannot touch them.
+`instrument()` then inserts the work-unit charges (bench.sandbox.meter): a tick of the code's static
+size at every loop pass, function entry and comprehension item, and routes every binary operator,
+comparison, allowed method, slice, `*args` and f-string value through checked helpers that charge the
+elements and bits they touch, so a program's work is metered deterministically, without tracing.
+Private names cannot be written by the program, so it cannot touch them.
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ from __future__ import annotations
 import ast
 import math
 
-RESERVED = "_ambench"  #: prefix of the sandbox's own names (tick and checked arithmetic); never a program's
-TICK = "_ambench_tick"
-POW = "_ambench_pow"
-LSHIFT = "_ambench_lshift"
-MUL = "_ambench_mul"
+RESERVED = "_ambench"  #: prefix of the sandbox's own names (the meter's helpers); never a program's
+TICK = "_ambench_tick"  #: tick(units): one loop pass / call / comprehension item of that static size
+BINOP = "_ambench_binop"  #: binop(op, a, b, inplace): every binary operator, charged and checked
+CMP = "_ambench_cmp"  #: cmp(op, a, b): a single comparison, charged
+SIZED = "_ambench_sized"  #: sized(x): x after charging its nested size (chained comparisons)
+RENDERED = "_ambench_rendered"  #: rendered(x): x after charging what rendering it as text costs (f-strings)
+COPIED = "_ambench_copied"  #: copied(x): x after charging its length (slices, *args, **kwargs)
+ATTR = "_ambench_attr"  #: attr(obj, name): an allowed method, charged when called
+AUGITEM = "_ambench_augitem"  #: augitem(obj, key, op, value): obj[key] op= value, the key evaluated once
+#: units of one loop pass, call or comprehension item beyond the nodes it runs (the charge's own cost)
+PASS_COST = 4
 
 
 class PolicyError(Exception):
@@ -135,56 +143,153 @@ def _static_spec(spec: ast.AST) -> bool:
     return isinstance(spec, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in spec.values)
 
 
-class _Meter(ast.NodeTransformer):
-    """Insert tick calls and checked arithmetic (see module docstring)."""
+_NOT_COUNTED = (ast.expr_context, ast.operator, ast.cmpop, ast.boolop, ast.unaryop)
+#: nodes that cost a Python-level call (a helper of the meter, or the program's own call): units each
+_CALL_NODES = (ast.Call, ast.BinOp, ast.Compare, ast.AugAssign, ast.FormattedValue)
+CALL_UNITS = 4
 
-    def _tick(self, node: ast.AST) -> ast.stmt:
-        call = ast.Call(func=ast.Name(id=TICK, ctx=ast.Load()), args=[], keywords=[])
-        return ast.copy_location(ast.Expr(value=call), node)
+
+def _weight(nodes: list[ast.AST]) -> int:
+    """AST nodes one pass over `nodes` evaluates at most, not counting code charged on its own: the
+    bodies of functions, lambdas, loops and comprehensions (each of their passes charges itself)."""
+    count, stack = 0, list(nodes)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, _NOT_COUNTED):
+            continue
+        count += CALL_UNITS if isinstance(n, _CALL_NODES) else 1
+        if isinstance(n, (ast.FunctionDef, ast.Lambda)):
+            stack.extend(n.args.defaults)
+            stack.extend(d for d in n.args.kw_defaults if d is not None)
+        elif isinstance(n, ast.For):
+            stack.append(n.iter)
+            stack.extend(n.orelse)
+        elif isinstance(n, ast.While):
+            stack.append(n.test)
+            stack.extend(n.orelse)
+        elif isinstance(n, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            stack.append(n.generators[0].iter)
+        else:
+            stack.extend(ast.iter_child_nodes(n))
+    return count
+
+
+def _call(name: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=list(args), keywords=[])
+
+
+class _Meter(ast.NodeTransformer):
+    """Insert the work-unit charges (see module docstring and bench.sandbox.meter)."""
+
+    def _tick(self, node: ast.AST, units: int) -> ast.stmt:
+        return ast.copy_location(ast.Expr(value=_call(TICK, ast.Constant(units + PASS_COST))), node)
 
     def visit_For(self, node: ast.For) -> ast.AST:
+        units = _weight(node.body) + _weight([node.target])
         self.generic_visit(node)
-        node.body.insert(0, self._tick(node))
+        node.body.insert(0, self._tick(node, units))
         return node
 
     def visit_While(self, node: ast.While) -> ast.AST:
+        units = _weight(node.body) + _weight([node.test])
         self.generic_visit(node)
-        node.body.insert(0, self._tick(node))
+        node.body.insert(0, self._tick(node, units))
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        units = _weight(node.body) + len(node.args.args) + len(node.args.kwonlyargs)
         self.generic_visit(node)
-        node.body.insert(0, self._tick(node))
+        node.body.insert(0, self._tick(node, units))
         return node
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        units = _weight([node.body]) + len(node.args.args)
         self.generic_visit(node)
-        call = ast.Call(func=ast.Name(id=TICK, ctx=ast.Load()), args=[], keywords=[])
-        node.body = ast.BoolOp(op=ast.And(), values=[call, node.body])  # tick() returns True
+        node.body = ast.BoolOp(op=ast.And(), values=[_call(TICK, ast.Constant(units + PASS_COST)), node.body])
         return node
 
-    def visit_comprehension(self, node: ast.comprehension) -> ast.AST:
+    def _comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> ast.AST:
+        gens = node.generators
+        elt = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        units = []
+        for i, g in enumerate(gens):
+            u = _weight([g.target, *g.ifs])
+            u += _weight([gens[i + 1].iter]) if i + 1 < len(gens) else _weight(elt)
+            units.append(u)
         self.generic_visit(node)
-        node.ifs.insert(0, ast.Call(func=ast.Name(id=TICK, ctx=ast.Load()), args=[], keywords=[]))
+        for g, u in zip(node.generators, units):
+            g.ifs.insert(0, _call(TICK, ast.Constant(u + PASS_COST)))  # tick() returns True
         return node
+
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         self.generic_visit(node)
-        helper = {ast.Pow: POW, ast.LShift: LSHIFT, ast.Mult: MUL}.get(type(node.op))
-        if helper is None:
-            return node
-        call = ast.Call(func=ast.Name(id=helper, ctx=ast.Load()), args=[node.left, node.right], keywords=[])
+        call = _call(BINOP, ast.Constant(type(node.op).__name__), node.left, node.right)
         return ast.copy_location(call, node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
         self.generic_visit(node)
-        helper = {ast.Pow: POW, ast.LShift: LSHIFT, ast.Mult: MUL}.get(type(node.op))
-        if helper is None:
-            return node
-        # x op= y  ->  x = helper(x, y); targets are names, subscripts or attributes without side effects
-        load = _as_load(node.target)
-        value = ast.Call(func=ast.Name(id=helper, ctx=ast.Load()), args=[load, node.value], keywords=[])
-        return ast.copy_location(ast.Assign(targets=[node.target], value=value), node)
+        op = ast.Constant(type(node.op).__name__)
+        t = node.target
+        if isinstance(t, ast.Subscript) and not isinstance(t.slice, ast.Slice):
+            # obj[key] op= value with obj and key evaluated once, as Python does
+            call = _call(AUGITEM, t.value, t.slice, op, node.value)
+            return ast.copy_location(ast.Expr(value=call), node)
+        # x op= y  ->  x = binop(op, x, y, inplace): a name (or a slice / attribute, evaluated twice)
+        value = _call(BINOP, op, _as_load(t), node.value, ast.Constant(True))
+        return ast.copy_location(ast.Assign(targets=[t], value=value), node)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            call = _call(CMP, ast.Constant(type(node.ops[0]).__name__), node.left, node.comparators[0])
+            return ast.copy_location(call, node)
+        node.left = _call(SIZED, node.left)
+        node.comparators = [_call(SIZED, c) for c in node.comparators]
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.slice, ast.Slice) and isinstance(node.ctx, ast.Load):
+            return ast.copy_location(_call(COPIED, node), node)
+        return node
+
+    def visit_Starred(self, node: ast.Starred) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.ctx, ast.Load):
+            node.value = _call(COPIED, node.value)
+        return node
+
+    def visit_keyword(self, node: ast.keyword) -> ast.AST:
+        self.generic_visit(node)
+        if node.arg is None:
+            node.value = _call(COPIED, node.value)
+        return node
+
+    def visit_Dict(self, node: ast.Dict) -> ast.AST:
+        self.generic_visit(node)
+        node.values = [_call(COPIED, v) if k is None else v for k, v in zip(node.keys, node.values)]
+        return node
+
+    def visit_FormattedValue(self, node: ast.FormattedValue) -> ast.AST:
+        self.generic_visit(node)
+        node.value = _call(RENDERED, node.value)
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.ctx, ast.Load) and node.attr in METHOD_NAMES:
+            return ast.copy_location(_call(ATTR, node.value, ast.Constant(node.attr)), node)
+        return node
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        self.generic_visit(node)
+        unpacks = any(isinstance(n, ast.Starred) for t in node.targets for n in ast.walk(t))
+        slices = any(isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Slice) for t in node.targets)
+        if unpacks or slices:  # a, *b = big / x[i:j] = big copy the value
+            node.value = _call(COPIED, node.value)
+        return node
 
 
 def _as_load(target: ast.AST) -> ast.expr:

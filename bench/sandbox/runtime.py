@@ -21,6 +21,7 @@ import shapely
 from bench.canvas.extract import extract_code, normalise
 from bench.canvas.medium import V1, BudgetExceeded, Call, Limits, Medium, shape_of
 from bench.canvas.palette import RGB
+from bench.sandbox import meter as meters
 from bench.sandbox import policy
 
 #: every outcome an attempt can get. `svg`: an SVG answer refused by the sanitiser or the renderer;
@@ -81,58 +82,13 @@ class ExecResult:
         return [{"rgb": [int(x) for x in uniq[i]], "pixels": int(counts[i])} for i in order]
 
 
-def _safe_range(limits: Limits):
-    def rng(*args: Any) -> range:
-        r = range(*args)
-        if len(r) > limits.max_range:
-            raise BudgetExceeded(f"range of {len(r)} elements exceeds {limits.max_range}")
-        return r
+def _import_shim(math_ns: Any) -> Any:
+    def _import_math(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if name != "math" or level:
+            raise ImportError(f"import {name} is not allowed")
+        return math_ns
 
-    return rng
-
-
-def _checked_helpers(limits: Limits) -> dict[str, Any]:
-    cap = limits.max_collection
-
-    def pw(a: Any, b: Any, mod: Any = None) -> Any:
-        if isinstance(a, int) and isinstance(b, int) and mod is None and b > 0 and abs(a) > 1:
-            if b * math.log2(abs(a)) > 65_536:
-                raise BudgetExceeded("integer power too large")
-        return pow(a, b) if mod is None else pow(a, b, mod)
-
-    def lshift(a: Any, b: Any) -> Any:
-        if isinstance(b, int) and b > 65_536:
-            raise BudgetExceeded("shift too large")
-        return a << b
-
-    def mul(a: Any, b: Any) -> Any:
-        for seq, k in ((a, b), (b, a)):
-            if isinstance(seq, (str, list, tuple)) and isinstance(k, int) and len(seq) * k > cap:
-                raise BudgetExceeded(f"sequence repetition of more than {cap} elements")
-        if isinstance(a, int) and isinstance(b, int) and a.bit_length() + b.bit_length() > 65_536:
-            raise BudgetExceeded("integer product too large")
-        return a * b
-
-    return {policy.POW: pw, policy.LSHIFT: lshift, policy.MUL: mul}
-
-
-def _builtins(limits: Limits) -> dict[str, Any]:
-    helpers = _checked_helpers(limits)
-    return {
-        "abs": abs, "min": min, "max": max, "range": _safe_range(limits), "len": len, "int": int,
-        "float": float, "round": round, "list": list, "tuple": tuple, "dict": dict, "set": set,
-        "enumerate": enumerate, "zip": zip, "sum": sum, "sorted": sorted, "reversed": reversed,
-        "str": str, "bool": bool, "any": any, "all": all, "map": map, "filter": filter,
-        "pow": helpers[policy.POW], "divmod": divmod, "isinstance": isinstance,
-        "print": lambda *a, **k: None,  # harmless; the prompt asks for no prints
-        "__import__": _import_math,  # reached only by `import math` / `from math import ...`
-    }
-
-
-def _import_math(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
-    if name != "math" or level:
-        raise ImportError(f"import {name} is not allowed")
-    return _MATH
+    return _import_math
 
 
 class _MathNamespace:
@@ -141,14 +97,46 @@ class _MathNamespace:
     __slots__ = ()
 
 
-def _math_namespace() -> Any:
-    names = {n: getattr(math, n) for n in policy.MATH_NAMES}
+def _math_namespace(overrides: dict[str, Any]) -> Any:
+    names = {n: overrides.get(n, getattr(math, n)) for n in policy.MATH_NAMES}
     members = {k: staticmethod(v) if callable(v) else v for k, v in names.items()}
     cls = type("math", (_MathNamespace,), {"__slots__": (), "__all__": tuple(sorted(names)), **members})
     return cls()
 
 
-_MATH = _math_namespace()
+def _augitem(binop: Any) -> Any:
+    def augitem(obj: Any, key: Any, op: str, value: Any) -> None:
+        obj[key] = binop(op, obj[key], value, True)
+
+    return augitem
+
+
+def environment(meter: meters.Meter, limits: Limits) -> dict[str, Any]:
+    """The globals one program runs with: the metered builtins, math and the meter's helpers."""
+    math_ns = _math_namespace(meters.math_functions(meter))
+    builtins = meters.builtins_table(meter, limits.max_range)
+    builtins["__import__"] = _import_shim(math_ns)  # reached only by `import math` / `from math import ...`
+    binop = meters.binop_helper(meter, limits.max_collection)
+    return {
+        "__builtins__": builtins, "math": math_ns,
+        policy.TICK: meter.tick, policy.BINOP: binop, policy.CMP: meters.cmp_helper(meter),
+        policy.SIZED: meter.charged, policy.RENDERED: meter.rendered, policy.COPIED: meter.copied, policy.ATTR: meters.attr_helper(meter),
+        policy.AUGITEM: _augitem(binop),
+    }
+
+
+def _reason(e: BaseException) -> str:
+    """`Type: message` of a program's exception, without formatting what the program put in it (an
+    `assert False, [big] * 1000` would be rendered in full, outside every limit)."""
+    parts = []
+    for a in e.args[:4]:
+        if isinstance(a, str):
+            parts.append(a[:200])
+        elif isinstance(a, (bool, float)) or (type(a) is int and a.bit_length() <= 256):
+            parts.append(repr(a))
+        else:
+            parts.append(f"<{type(a).__name__}>")
+    return f"{type(e).__name__}: {', '.join(parts)[:200]}"
 
 
 def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
@@ -185,19 +173,9 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
         return prepared
     code, compiled = prepared
     canvas = medium.new_canvas(limits)
-    ops = 0
-
-    def tick() -> bool:
-        nonlocal ops
-        ops += 1
-        if ops > limits.max_ops:
-            raise BudgetExceeded(f"more than {limits.max_ops} operations")
-        return True
-
-    env: dict[str, Any] = {"__builtins__": _builtins(limits)}
-    env.update(_checked_helpers(limits))
-    env[policy.TICK] = tick
-    env["math"] = _MATH
+    meter = meters.Meter(limits.max_ops)
+    canvas.charge = meter.charge
+    env = environment(meter, limits)
     env.update(canvas.functions())
 
     old_limit = sys.getrecursionlimit()
@@ -220,16 +198,16 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
     except MemoryError:
         outcome, reason = "memory", "out of memory"
     except Exception as e:  # every other error of the program is its own runtime failure
-        outcome, reason = "runtime", f"{type(e).__name__}: {str(e)[:200]}"
+        outcome, reason = "runtime", _reason(e)
     finally:
         sys.setrecursionlimit(old_limit)
         env.clear()
     if outcome != "ok":
-        return ExecResult(outcome, reason, code=code, ops=ops, pixel_writes=canvas.pixel_writes, medium=medium.name)
+        return ExecResult(outcome, reason, code=code, ops=meter.units, pixel_writes=canvas.pixel_writes, medium=medium.name)
     wkb = list(shapely.to_wkb(np.array(geoms, dtype=object))) if geoms else []
     return ExecResult(
         "ok", "", code=code, pixels=canvas.pixels, calls=canvas.calls, shapes_wkb=wkb,
-        background=canvas.background, ops=ops, pixel_writes=canvas.pixel_writes, medium=medium.name,
+        background=canvas.background, ops=meter.units, pixel_writes=canvas.pixel_writes, medium=medium.name,
     )
 
 

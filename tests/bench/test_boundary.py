@@ -74,6 +74,11 @@ def test_geometry_bound_is_a_budget_outcome():
     text = "fill('white')\nfor k in range(120):\n    poly([(k % 24 + (i % 2) * 0.5, i * 24 / 4096) for i in range(4096)], 'red')"
     r = execute(text)
     assert r.outcome == "budget" and "vertices" in r.reason  # was a 17 MB `ok` result
+    # simple rings (no even-odd reading, a few work units each): the total-vertex bound decides
+    rings = ("import math\nfill('white')\nfor k in range(120):\n    poly([(12 + 11 * math.sin(6.2832 * i / 4096), "
+             "12 + 11 * math.cos(6.2832 * i / 4096)) for i in range(4096)], 'red')")
+    r = execute(rings, limits=Limits(max_total_vertices=20_000))
+    assert r.outcome == "budget" and "polygon vertices in all" in r.reason, r.reason
     few = execute("fill('white')\nfor k in range(3):\n    circle(12, 12, k + 1, 'red')", limits=Limits(max_total_vertices=500))
     assert few.outcome == "budget" and "shapes of" in few.reason  # 3 discs of 257 vertices each
 

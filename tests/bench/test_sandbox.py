@@ -64,8 +64,8 @@ def test_twenty_megabyte_literal_costs_one_attempt(pool):
 
 
 def test_wall_clock_kill_and_restart():
-    # CPU allowance above the wall-clock limit: only the parent's wall-clock kill can stop it
-    limits = Limits(cpu_seconds=30, wall_seconds=1.0)
+    # CPU and work-unit allowances far above the wall-clock limit: only the parent's wall-clock kill can stop it
+    limits = Limits(cpu_seconds=30, wall_seconds=1.0, max_ops=10**12)
     with SandboxPool(workers=1, limits=limits) as p:
         results = p.run(["for i in range(300):\n    y = sorted(list(range(999999)), reverse=True)", "fill('red')"])
         # the wall-clock kill is a backstop, recorded as such (CPU time alone decides `timeout`)

@@ -97,7 +97,7 @@ hostile = [
     ("memory_bomb", "x = [[0] * 999999 for i in range(5000)]", "memory"),
     ("huge_poly", "poly([(i % 24, i // 24) for i in range(10000)], 'red')", "budget"),
     ("huge_circle", "circle(0, 0, 10 ** 9, 'red')", "budget"),
-    ("c_level_hang", "x = sum(map(abs, map(float, list(range(999999)) * 1)))\nfor i in range(400):\n    y = sorted(list(range(999999)), reverse=True)", "timeout"),
+    ("c_level_hang", "x = sum(map(abs, map(float, list(range(999999)) * 1)))\nfor i in range(400):\n    y = sorted(list(range(999999)), reverse=True)", "budget"),
     ("deep_nesting", "x = " + "(" * 5000 + "1" + ")" * 5000, "syntax"),
     ("null_bytes", "rect(1, 2, 3, 4, 'red')\x00", "syntax"),
     # what the host does with a result (issue 12, part 2): poison pills, geometry and size bombs

@@ -1,0 +1,425 @@
+"""Deterministic work units: what decides `budget`, so that an outcome depends on the program, not on the machine.
+
+CPU time depends on the machine's load (a 0.65 s-CPU sort loop measured 0.92 s beside busy loops on
+this 2-core machine, and crossed the 2 s limit on a busier CI machine). So every path by which a
+program can do heavy work is charged in *work units* (`Limits.max_ops`), counted the same way on
+every machine:
+
+- Python-level work: each loop pass, function or lambda call and comprehension item charges the
+  static size (AST nodes) of the code it runs, plus a fixed cost for the pass itself
+  (`policy.instrument` inserts the charges);
+- work done inside C on the program's behalf: builtins (`sorted`, `sum`, `list`, `set`, `str`, ...),
+  the allowed methods (`.sort()`, `.count()`, `.join()`, `.replace()`, ...), operators on containers
+  and big integers (`+`, `*`, `==`, `in`, `//`, `%`, slices, `*args`, f-strings) and `math`'s
+  integer functions charge for the elements and bits they touch (`size`);
+- canvas primitives charge for what drawing and shaping them costs (`bench.canvas.medium.Canvas`).
+
+Integers are capped at `MAX_INT_BITS`, so integer work per operation is bounded and charged. The
+constants are calibrated by `perf/bench_meter.py` so that a program at the full budget uses a
+fraction of `Limits.cpu_seconds` of CPU: CPU time stays as a backstop for what escapes the units.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from itertools import compress
+from typing import Any, Callable, Iterable
+
+from bench.canvas.medium import BudgetExceeded
+
+#: bits of the largest integer a program may build (a 24x24 drawing needs none of this)
+MAX_INT_BITS = 4096
+#: charge of one loop pass, call or comprehension item beyond the nodes it runs (the charge's own cost)
+PASS_COST = 4
+#: one unit is about 45 ns of CPU (a pass of `while True: i += 1` is 9 units); C work per element,
+#: measured on this machine: a shallow list copy 3-10 ns, a string scan or copy 0.04-0.6 ns per character,
+#: a compare, hash or repr 5-55 ns per element (so the nested walk charges one unit per element)
+#: characters of a string one unit pays for
+CHARS_PER_UNIT = 64
+#: elements of a shallow copy or concatenation one unit pays for
+ELEMS_PER_UNIT = 8
+#: units per element when rendering text (str(), f-strings, %): a float's repr is about 190 ns
+REPR_UNITS = 4
+#: units per element hashed (set(), dict(), set algebra): a hash and an insert, about 40 ns
+HASH_UNITS = 2
+#: units per item a C builtin pulls from an unsized iterator (the metering generator's own cost)
+ITEM_UNITS = 3
+
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+_NESTED = frozenset({list, tuple, set, frozenset, dict, str})
+_SEQUENCES = (list, tuple, str, range)
+
+
+class Meter:
+    """Work units spent by one program, raising BudgetExceeded past `cap`."""
+
+    __slots__ = ("units", "cap")
+
+    def __init__(self, cap: int) -> None:
+        self.units = 0
+        self.cap = cap
+
+    def charge(self, n: int) -> None:
+        self.units += n
+        if self.units > self.cap:
+            raise BudgetExceeded(f"more than {self.cap} work units (operations and the elements they touch)")
+
+    def tick(self, n: int = 1) -> bool:
+        """What instrumented code calls per loop pass / call / comprehension item; returns True."""
+        self.units += n
+        if self.units > self.cap:
+            raise BudgetExceeded(f"more than {self.cap} work units (operations and the elements they touch)")
+        return True
+
+    def remaining(self) -> int:
+        return max(0, self.cap - self.units)
+
+    def size(self, x: Any) -> int:
+        """Elements a C-level pass over `x` touches, nested containers included; stops (raising) once the
+        count exceeds what the budget has left, so measuring never costs more than the budget."""
+        t = type(x)
+        if t is int or t is bool or t is float or x is None:
+            return 1 if t is not int else 1 + x.bit_length() // 512
+        if t is str:
+            return 1 + len(x) // CHARS_PER_UNIT
+        if t is range:
+            return 1 + len(x)
+        if t not in _NESTED:
+            return 1
+        if t is not dict and _NESTED.isdisjoint(map(type, x)):  # flat: the common case, at C speed
+            return 1 + len(x)
+        left = self.remaining() + 1
+        total, stack = 0, [x]
+        while stack:
+            y = stack.pop()
+            ty = type(y)
+            if ty is str:
+                total += 1 + len(y) // CHARS_PER_UNIT
+                continue
+            total += 1 + len(y)
+            if y:
+                # the nested containers and strings, picked out at C speed (a Python loop over every
+                # element would cost more than the pass being charged)
+                values = y.values() if ty is dict else y
+                stack.extend(compress(values, map(_NESTED.__contains__, map(type, values))))
+                if ty is dict:
+                    stack.extend(compress(y, map(_NESTED.__contains__, map(type, y))))
+            if total > left:
+                self.charge(total)  # raises
+        return total
+
+    def charged(self, x: Any) -> Any:
+        """`x`, after charging its nested size (wraps chained comparisons' operands)."""
+        self.charge(self.size(x))
+        return x
+
+    def rendered(self, x: Any) -> Any:
+        """`x`, after charging what rendering it as text costs (wraps f-string values)."""
+        self.charge(REPR_UNITS * self.size(x) + (_int_bits(x) // 64) ** 2 // 8)
+        return x
+
+    def copied(self, x: Any) -> Any:
+        """`x`, after charging its length (wraps slices and `*args`: a copy of references)."""
+        self.charge(flat(x))
+        return x
+
+
+def flat(x: Any) -> int:
+    """Elements a shallow pass over `x` touches (a copy, a concatenation, a scan without compares)."""
+    t = type(x)
+    if t is str:
+        return 1 + len(x) // CHARS_PER_UNIT
+    if t in (list, tuple, set, frozenset, dict, range):
+        return 1 + len(x) // ELEMS_PER_UNIT
+    return 1
+
+
+def _int_bits(x: Any) -> int:
+    return x.bit_length() if type(x) is int else 0
+
+
+def _check_int(r: Any, what: str) -> Any:
+    if type(r) is int and r.bit_length() > MAX_INT_BITS:
+        raise BudgetExceeded(f"{what}: integer over {MAX_INT_BITS} bits")
+    return r
+
+
+def _limbs(bits: int) -> int:
+    return 1 + bits // 64
+
+
+#: operator functions by AST operator name, plain and in place
+BINOPS: dict[str, Callable[[Any, Any], Any]] = {
+    "Add": operator.add, "Sub": operator.sub, "Mult": operator.mul, "Div": operator.truediv,
+    "FloorDiv": operator.floordiv, "Mod": operator.mod, "Pow": operator.pow, "LShift": operator.lshift,
+    "RShift": operator.rshift, "BitOr": operator.or_, "BitXor": operator.xor, "BitAnd": operator.and_,
+    "MatMult": operator.matmul,
+}
+INPLACE: dict[str, Callable[[Any, Any], Any]] = {
+    "Add": operator.iadd, "Sub": operator.isub, "Mult": operator.imul, "Div": operator.itruediv,
+    "FloorDiv": operator.ifloordiv, "Mod": operator.imod, "Pow": operator.ipow, "LShift": operator.ilshift,
+    "RShift": operator.irshift, "BitOr": operator.ior, "BitXor": operator.ixor, "BitAnd": operator.iand,
+    "MatMult": operator.imatmul,
+}
+CMPOPS: dict[str, Callable[[Any, Any], Any]] = {
+    "Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
+    "GtE": operator.ge, "Is": operator.is_, "IsNot": operator.is_not,
+    "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b,
+}
+
+
+def binop_helper(meter: Meter, max_collection: int) -> Callable[[str, Any, Any, bool], Any]:
+    """`_ambench_binop(op, a, b, inplace)`: charge, check, then apply one binary operator."""
+
+    def binop(op: str, a: Any, b: Any, inplace: bool = False) -> Any:
+        ta, tb = type(a), type(b)
+        if ta is int and tb is int:
+            ba, bb = a.bit_length(), b.bit_length()
+            if op == "Pow":
+                if b > 0 and abs(a) > 1 and b * math.log2(abs(a)) > MAX_INT_BITS:
+                    raise BudgetExceeded("integer power too large")
+                meter.charge(1 + _limbs(ba * b if b > 0 and abs(a) > 1 else ba) ** 2 // 8)
+            elif op == "LShift":
+                if b > MAX_INT_BITS or ba + max(b, 0) > MAX_INT_BITS:
+                    raise BudgetExceeded("integer shift too large")
+                meter.charge(1 + _limbs(ba + max(b, 0)) // 8)
+            elif op == "Mult":
+                if ba + bb > MAX_INT_BITS:
+                    raise BudgetExceeded("integer product too large")
+                meter.charge(1 + _limbs(ba) * _limbs(bb) // 8)
+            elif op in ("FloorDiv", "Mod"):
+                meter.charge(1 + _limbs(ba) * _limbs(bb) // 4)
+            elif ba > 64 or bb > 64:
+                meter.charge(1 + _limbs(max(ba, bb)) // 8)
+            r = (INPLACE if inplace else BINOPS)[op](a, b)
+            return _check_int(r, "arithmetic")
+        if op == "Mult":
+            for seq, k in ((a, b), (b, a)):
+                if isinstance(seq, (str, list, tuple)) and type(k) is int:
+                    if len(seq) * k > max_collection:
+                        raise BudgetExceeded(f"sequence repetition of more than {max_collection} elements")
+                    meter.charge(1 + max(0, len(seq) * k) // (CHARS_PER_UNIT if type(seq) is str else ELEMS_PER_UNIT))
+                    return (INPLACE if inplace else BINOPS)[op](a, b)
+        if ta is not float and tb is not float:
+            if op == "Mod" and ta is str:  # printf-style formatting renders its arguments in full
+                meter.charge(meter.size(a) + REPR_UNITS * meter.size(b))
+            elif op in ("Sub", "BitOr", "BitAnd", "BitXor") and isinstance(a, (set, frozenset, dict)):
+                meter.charge(meter.size(a) + meter.size(b))  # set algebra hashes the elements
+            elif isinstance(a, (*_CONTAINERS, str)) or isinstance(b, (*_CONTAINERS, str)):
+                # concatenation: a copy of both (only the right one in place)
+                meter.charge((0 if inplace and ta is list else flat(a)) + flat(b))
+        return (INPLACE if inplace else BINOPS)[op](a, b)
+
+    return binop
+
+
+def cmp_helper(meter: Meter) -> Callable[[str, Any, Any], Any]:
+    """`_ambench_cmp(op, a, b)`: charge what the comparison touches, then compare."""
+
+    def cmp(op: str, a: Any, b: Any) -> Any:
+        if op in ("In", "NotIn"):
+            tb = type(b)
+            if tb is list or tb is tuple:
+                meter.charge(meter.size(b))
+            elif tb is str:  # a substring search
+                meter.charge(1 + len(b) // 16)
+            elif tb is range and type(a) is not int:  # only an int is looked up without a scan
+                meter.charge(1 + len(b))
+            else:  # hashing the key: a tuple key is hashed in full
+                meter.charge(meter.size(a) if isinstance(a, (tuple, frozenset)) else 1)
+        elif op not in ("Is", "IsNot") and (type(a) in _NESTED or type(b) in _NESTED):
+            # a comparison stops at the shorter operand (or at once, for different types)
+            short = a if type(b) not in _NESTED or (type(a) in _NESTED and len(a) <= len(b)) else b
+            meter.charge(meter.size(short))
+        return CMPOPS[op](a, b)
+
+    return cmp
+
+
+def _metered_iter(meter: Meter, it: Iterable[Any], deep: int = 0) -> Iterable[Any]:
+    """Items of an iterable a builtin consumes in C: sized ones charged up front (`deep` units per
+    nested element when the builtin hashes or compares them), others per item."""
+    if isinstance(it, (*_CONTAINERS, str, range)):
+        meter.charge(deep * meter.size(it) if deep else flat(it))
+        return it
+
+    def gen() -> Iterable[Any]:
+        for x in it:
+            meter.tick(ITEM_UNITS)
+            yield x
+
+    return gen()
+
+
+def builtins_table(meter: Meter, max_range: int) -> dict[str, Any]:
+    """The tiny builtins table, each builtin that works in C charging what it touches."""
+
+    def rng(*args: Any) -> range:
+        r = range(*args)
+        if len(r) > max_range:
+            raise BudgetExceeded(f"range of {len(r)} elements exceeds {max_range}")
+        return r
+
+    def consume(fn: Callable[..., Any], deep: int = 0) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                args = (_metered_iter(meter, args[0], deep),) + args[1:]
+            return fn(*args, **kwargs)
+
+        wrapped.__name__ = fn.__name__
+        return wrapped
+
+    def sort_cost(items: list[Any]) -> None:
+        n = len(items)
+        if n > 1:
+            meter.charge(n * max(1, math.ceil(math.log2(n))) // 2)
+
+    def sorted_(iterable: Any, *, key: Any = None, reverse: bool = False) -> list[Any]:
+        items = list(_metered_iter(meter, iterable))
+        sort_cost(items)
+        return sorted(items, key=key, reverse=reverse)
+
+    def minmax(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if len(args) == 1:  # compares every element
+                return fn(_metered_iter(meter, args[0], 1), **kwargs)
+            meter.charge(len(args))
+            return fn(*args, **kwargs)
+
+        wrapped.__name__ = fn.__name__
+        return wrapped
+
+    def sum_(iterable: Any, start: Any = 0) -> Any:
+        items = _metered_iter(meter, iterable)
+        if type(start) in (int, float, bool):
+            r = sum(items, start)
+            return _check_int(r, "sum")
+        acc = start  # sum of lists/tuples: a concatenation per item, each charged
+        add = binop_helper(meter, 1 << 62)
+        for x in items:
+            acc = add("Add", acc, x)
+        return acc
+
+    def str_(*args: Any, **kwargs: Any) -> str:
+        if args:
+            meter.rendered(args[0])
+        return str(*args, **kwargs)
+
+    def int_(*args: Any, **kwargs: Any) -> int:
+        if args and type(args[0]) is str:
+            meter.charge(1 + (len(args[0]) // 20) ** 2 // 8)
+        return _check_int(int(*args, **kwargs), "int()")
+
+    def pow_(a: Any, b: Any, mod: Any = None) -> Any:
+        if mod is None:
+            return binop_helper(meter, 1 << 62)("Pow", a, b)
+        meter.charge(1 + _limbs(_int_bits(mod)) ** 2 * max(1, _int_bits(b)) // 4)
+        return pow(a, b, mod)
+
+    def divmod_(a: Any, b: Any) -> Any:
+        meter.charge(1 + _limbs(_int_bits(a)) * _limbs(_int_bits(b)) // 4)
+        return divmod(a, b)
+
+    return {
+        "abs": abs, "min": minmax(min), "max": minmax(max), "range": rng, "len": len, "int": int_,
+        "float": float, "round": round, "list": consume(list), "tuple": consume(tuple), "dict": consume(dict, HASH_UNITS),
+        "set": consume(set, HASH_UNITS), "enumerate": enumerate, "zip": zip, "sum": sum_, "sorted": sorted_,
+        "reversed": reversed, "str": str_, "bool": bool, "any": consume(any), "all": consume(all), "map": map,
+        "filter": filter, "pow": pow_, "divmod": divmod_, "isinstance": isinstance,
+        "print": lambda *a, **k: None,  # harmless; the prompt asks for no prints
+    }
+
+
+_STR_METHODS = frozenset({"upper", "lower", "strip", "lstrip", "rstrip", "split", "replace", "zfill", "startswith",
+                          "endswith"})
+_ITERABLE_ARGS = frozenset({"extend", "update", "union", "intersection", "difference", "join"})
+_HASHING = frozenset({"add", "discard", "get", "setdefault"})
+
+
+def attr_helper(meter: Meter) -> Callable[[Any, str], Any]:
+    """`_ambench_attr(obj, name)`: an allowed attribute; a method comes back charging what it touches."""
+
+    def attr(obj: Any, name: str) -> Any:
+        bound = getattr(obj, name)  # name is from the policy's allow-list; a missing one raises as usual
+        if not callable(bound):
+            return bound
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            if name == "sort":
+                n = len(obj)
+                meter.charge(flat(obj) + (n * max(1, math.ceil(math.log2(n))) // 2 if n > 1 else 0))
+            elif name in ("pop", "insert"):  # O(n - i) on a list; O(1) at its end or on a dict
+                meter.charge(flat(obj) if type(obj) is list and (name == "insert" or args) else 1)
+            elif name in ("index", "count"):  # compares every element
+                meter.charge(meter.size(obj) + sum(meter.size(a) for a in args))
+            elif name in ("copy", "clear", "reverse"):
+                meter.charge(flat(obj))
+            elif name in _STR_METHODS:
+                meter.charge(flat(obj) + sum(flat(a) for a in args))
+            elif name in _ITERABLE_ARGS:
+                deep = 0 if name in ("extend", "join") else HASH_UNITS
+                args = tuple(_metered_iter(meter, a, deep) for a in args)
+                if name != "extend":
+                    meter.charge(flat(obj))
+            elif name in _HASHING and args and isinstance(args[0], (tuple, frozenset, str)):
+                meter.charge(meter.size(args[0]))
+            else:  # append, items, keys, values, and the O(1) rest
+                meter.charge(1)
+            r = bound(*args, **kwargs)
+            if name == "split":  # a new string per piece
+                meter.charge(len(r))
+            elif type(r) is str:  # what replace / join / upper built
+                meter.charge(flat(r) + (len(r) // 8 if name == "replace" else 0))
+            return r
+
+        return method
+
+    return attr
+
+
+#: math's functions that build integers, with a bound on their arguments checked before they run
+_MATH_INT_BOUNDS = {"factorial": 500, "comb": MAX_INT_BITS, "perm": MAX_INT_BITS}
+
+
+def math_functions(meter: Meter) -> dict[str, Callable[..., Any]]:
+    """Replacements for math's integer-building functions (the rest are float work of O(1))."""
+
+    def bounded(name: str) -> Callable[..., Any]:
+        fn, bound = getattr(math, name), _MATH_INT_BOUNDS[name]
+
+        def wrapped(*args: Any) -> Any:
+            if any(type(a) is int and a > bound for a in args):
+                raise BudgetExceeded(f"math.{name} of an argument over {bound}")
+            meter.charge(1 + max((a for a in args if type(a) is int), default=0) ** 2 // 64)
+            return _check_int(fn(*args), f"math.{name}")
+
+        wrapped.__name__ = name
+        return wrapped
+
+    def prod(iterable: Any, *, start: Any = 1) -> Any:
+        mul = binop_helper(meter, 1 << 62)
+        acc = start
+        for x in _metered_iter(meter, iterable):
+            acc = mul("Mult", acc, x)
+        return acc
+
+    def int_fold(name: str) -> Callable[..., Any]:
+        fn = getattr(math, name)
+
+        def wrapped(*args: Any) -> Any:
+            meter.charge(1 + sum(_limbs(_int_bits(a)) ** 2 for a in args) // 8)
+            return _check_int(fn(*args), f"math.{name}")
+
+        wrapped.__name__ = name
+        return wrapped
+
+    out: dict[str, Callable[..., Any]] = {n: bounded(n) for n in _MATH_INT_BOUNDS if hasattr(math, n)}
+    out["prod"] = prod
+    for n in ("gcd", "lcm", "isqrt"):
+        if hasattr(math, n):
+            out[n] = int_fold(n)
+    for n in ("fsum",):
+        fn = getattr(math, n)
+        out[n] = lambda it, _fn=fn: _fn(_metered_iter(meter, it))
+    return out

@@ -1,0 +1,135 @@
+"""Work units decide `budget` for every way a program can do heavy work, and metering never changes what a
+program computes (bench.sandbox.meter).
+
+A CPU-time outcome near the limit depends on the machine's load: the CI run of 2026-11-30 recorded a
+1.1 s-CPU sort loop as `timeout` beside busy processes and `ok` on an idle machine. Work units are
+counted the same on every machine, so the sandbox's budget has to catch each kind of heavy work, and a
+program at the full budget has to use a fraction of the CPU limit (measured by perf/bench_meter.py).
+"""
+
+import math
+
+import pytest
+
+from bench.canvas.medium import Limits
+from bench.sandbox import meter as meters
+from bench.sandbox.runtime import execute
+from bench.sandbox.worker import run_raw
+from bench.canvas.medium import V1
+from tests.corpus.stress import programs
+
+#: a small budget keeps the test fast; the CPU limit is far above what the budget allows, so a
+#: `timeout` here means the units missed the construct (before the meter, each of these ran to it)
+SMALL = Limits(max_ops=1_000_000, cpu_seconds=5)
+STRESS = programs(SMALL.max_ops)
+
+
+@pytest.mark.parametrize("name", sorted(STRESS))
+def test_work_units_stop_every_kind_of_heavy_work(name):
+    r = execute(STRESS[name], limits=SMALL)
+    if name.endswith("(ok)"):
+        assert r.outcome == "ok" and 0.5 * SMALL.max_ops < r.ops <= SMALL.max_ops, (r.outcome, r.reason, r.ops)
+    else:
+        assert r.outcome == "budget" and "work units" in r.reason, (r.outcome, r.reason)
+
+
+def test_units_are_a_function_of_the_program():
+    text = "x = 0\nfor i in range(3000):\n    x = (x * 7 + i) % 1000003\ns = sorted(str(x) * 40)\nfill('red')"
+    runs = {execute(text).ops for _ in range(3)}
+    assert len(runs) == 1 and runs.pop() > 3000 * 20
+
+
+def test_a_budget_boundary_is_exact():
+    # the same loop one pass apart: ok under the budget, budget over it, whatever the machine
+    per_pass = execute("for i in range(1000):\n    x = (i * 7 + 3) % 1000003").ops // 1000
+    limits = Limits(max_ops=100_000)
+    n = limits.max_ops // per_pass
+    under = execute(f"for i in range({n - 1}):\n    x = (i * 7 + 3) % 1000003", limits=limits)
+    over = execute(f"for i in range({n + 1}):\n    x = (i * 7 + 3) % 1000003", limits=limits)
+    assert (under.outcome, over.outcome) == ("ok", "budget")
+
+
+def test_a_self_crossing_polygon_is_charged_for_its_even_odd_reading():
+    star = "import math\npoly([(12 + 11 * math.sin(6.283 * i * 0.4999), 12 + 11 * math.cos(6.283 * i * 0.4999)) for i in range({n})], 'red')"
+    assert execute(star.format(n=12)).outcome == "ok"
+    big = execute(star.format(n=256))  # took over 60 s of CPU before it was charged
+    assert big.outcome == "budget" and "crossing itself" in big.reason
+    ring = "import math\npoly([(12 + 11 * math.sin(6.283 * i / 256), 12 + 11 * math.cos(6.283 * i / 256)) for i in range(256)], 'red')"
+    assert execute(ring).outcome == "ok"  # a simple ring of as many vertices is cheap
+
+
+def test_integers_are_capped():
+    for text in ("x = 3 ** 5000", "x = 1 << 5000", "x = (1 << 4000) * (1 << 200)", "x = 1\nfor i in range(5000):\n    x = x + x",
+                 "import math\nx = math.factorial(2000)", "import math\nx = math.prod(range(1, 3000))", "x = pow(3, 5000)"):
+        r = execute(text)
+        assert r.outcome == "budget" and ("integer" in r.reason or "math." in r.reason), (text, r.reason)
+
+
+SEMANTICS = """
+fill('white')
+vals = []
+a = b = [1, 2]
+a += [3]                      # in place: b sees it
+vals.append(len(b))
+t = (1, 2)
+u = t
+t += (3,)                     # a new tuple: u does not
+vals.append(len(u))
+calls = []
+def key():
+    calls.append(1)
+    return 'k'
+d = {'k': 1}
+d[key()] += 4                 # the key is evaluated once
+vals += [d['k'], len(calls)]
+x = 5
+vals.append(int(0 <= x < 24) + int(3 < x < 4) * 2)     # chained comparisons
+vals.append(int('b' in 'abc') + int(4 in {4: 0}) + int((1, 2) in [(1, 2)]))
+s = 'a,b,,c'.split(',')
+vals.append(len(s) + len(','.join(s)))
+m = sorted([3, 1, 2], reverse=True)[:2] + list(range(10))[::3]
+vals.append(sum(m))
+vals.append(len(f'{m}-{x:03d}') + len('%s/%d' % ('ab', 7)))
+def f(*args, **kw):
+    return len(args) + 10 * len(kw)
+vals.append(f(*m, **{'p': 1, 'q': 2}))
+vals.append(len({1, 2, 3} - {2} | {9}) + len({**d, 'z': 0}))
+q, *rest = [4, 5, 6]
+vals.append(q + len(rest))
+vals.append(pow(3, 20, 1000) + divmod(17, 5)[1] + 2 ** 10 + (7 << 3) + (-7 // 2) + (7 % -3))
+vals.append(max([3, 9, 2], key=lambda v: -v) + min(4, 8) + math.factorial(6) // 100)
+vals.append(len([c for c in 'hello' if c != 'l']) + sum(i * i for i in range(5)))
+lst = [5, 3, 8]
+lst.sort()
+lst.insert(0, 1)
+vals.append(lst.index(8) + lst.count(3) + lst.pop() + lst.pop(0))
+vals.append(len(str([1, [2, 3]])) + len('ab' * 3) + len([0] * 4) + len((1, 2) * 2))
+for i, v in enumerate(vals):
+    set_pixel(i % 24, v % 24, 'red')
+    set_pixel((i + 12) % 24, (v // 24) % 24, 'blue')
+"""
+
+
+def test_metering_never_changes_what_a_program_computes():
+    metered = execute("import math\n" + SEMANTICS)
+    plain = run_raw("import math\n" + SEMANTICS, V1, Limits())
+    assert metered.outcome == plain.outcome == "ok", (metered.reason, plain.reason)
+    assert (metered.pixels == plain.pixels).all()
+
+
+def test_the_meter_charges_nested_elements_once_each_and_stops_early():
+    m = meters.Meter(10**9)
+    assert m.size([1, 2, 3]) == 4 and m.size([[1, 2], "x" * 640, (3,)]) == 4 + 3 + 11 + 2
+    shared = [list(range(1000))] * 1000  # a million elements reached through one list
+    small = meters.Meter(50_000)
+    with pytest.raises(Exception, match="work units"):
+        small.size(shared)
+    assert small.units > 50_000  # charged what it had walked when it stopped, not the whole million
+    assert small.units < 60_000 + 2_000
+
+
+def test_sort_is_charged_n_log_n():
+    m = meters.Meter(10**9)
+    sorted_ = meters.builtins_table(m, 10**6)["sorted"]
+    sorted_(list(range(1024)))
+    assert m.units == 1 + 1024 // meters.ELEMS_PER_UNIT + 1024 * int(math.log2(1024)) // 2
