@@ -133,3 +133,14 @@ def test_sort_is_charged_n_log_n():
     sorted_ = meters.builtins_table(m, 10**6)["sorted"]
     sorted_(list(range(1024)))
     assert m.units == 1 + 1024 // meters.ELEMS_PER_UNIT + 1024 * int(math.log2(1024)) // 2
+
+
+def test_the_stress_check_fails_for_a_meter_that_misses_a_construct(monkeypatch):
+    # broken variant: methods no longer charge what they touch; `.count` over 100,000 elements per pass
+    # then runs until the CPU limit decides (the load-dependent outcome the units exist to replace)
+    def uncharged(meter):
+        return lambda obj, name: getattr(obj, name)
+
+    monkeypatch.setattr(meters, "attr_helper", uncharged)
+    r = execute(STRESS[".count"], limits=Limits(max_ops=SMALL.max_ops, cpu_seconds=0.5))
+    assert r.outcome == "timeout"
