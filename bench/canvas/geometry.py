@@ -16,6 +16,7 @@ Every shape is clipped to the canvas box [0, grid] x [0, grid].
 
 from __future__ import annotations
 
+import numpy as np
 import shapely
 from shapely.geometry import Polygon, box
 from shapely.geometry.base import BaseGeometry
@@ -111,15 +112,31 @@ def poly_shape(points: list[tuple[float, float]], grid: int) -> BaseGeometry:
     poly = Polygon(xy)
     if poly.is_valid:
         return clip(poly, grid) if poly.area > 0 else EMPTY
-    # even-odd reading of a self-intersecting ring: XOR of the fan triangles from the first vertex
+    # even-odd reading of a self-intersecting ring: XOR of the fan triangles from the first vertex, in a
+    # balanced tree (pairs, then pairs of pairs: each overlay stays small; a running XOR made the
+    # accumulated shape ever larger, 15 times slower on a 256-vertex zigzag)
     tris = [Polygon([xy[0], xy[i], xy[i + 1]]) for i in range(1, len(xy) - 1)]
     tris = [t for t in tris if t.area > 0]
     if not tris:
         return EMPTY
-    acc = tris[0]
-    for t in tris[1:]:
-        acc = _polygonal(shapely.symmetric_difference(acc, t, grid_size=_GRID))
-    return _polygonal(shapely.intersection(acc, canvas_box(grid), grid_size=_GRID))
+    while len(tris) > 1:
+        pairs = [_polygonal(shapely.symmetric_difference(tris[i], tris[i + 1], grid_size=_GRID))
+                 for i in range(0, len(tris) - 1, 2)]
+        tris = pairs + tris[len(tris) - len(tris) % 2:]
+    return _polygonal(shapely.intersection(tris[0], canvas_box(grid), grid_size=_GRID))
+
+
+def crossings(points: list[tuple[float, float]]) -> int:
+    """Proper crossings between non-adjacent edges of the closed ring through `points` (O(n^2), numpy)."""
+    p = np.asarray(_ring(points), dtype=np.float64)
+    q = np.roll(p, -1, axis=0)
+
+    def orient(u: np.ndarray, v: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return np.sign((v[..., 0] - u[..., 0]) * (w[..., 1] - u[..., 1]) - (v[..., 1] - u[..., 1]) * (w[..., 0] - u[..., 0]))
+
+    a, b, c, d = p[:, None], q[:, None], p[None], q[None]
+    hit = (orient(a, b, c) * orient(a, b, d) < 0) & (orient(c, d, a) * orient(c, d, b) < 0)
+    return int(np.triu(hit, 2).sum())
 
 
 def area(geom: BaseGeometry) -> float:

@@ -21,6 +21,7 @@ fraction of `Limits.cpu_seconds` of CPU: CPU time stays as a backstop for what e
 
 from __future__ import annotations
 
+import builtins
 import math
 import operator
 from itertools import compress
@@ -37,6 +38,8 @@ PASS_COST = 4
 #: a compare, hash or repr 5-55 ns per element (so the nested walk charges one unit per element)
 #: characters of a string one unit pays for
 CHARS_PER_UNIT = 64
+#: the largest width or precision an f-string format spec may ask for
+MAX_FORMAT_WIDTH = 100_000
 #: elements of a shallow copy or concatenation one unit pays for
 ELEMS_PER_UNIT = 8
 #: units per element when rendering text (str(), f-strings, %): a float's repr is about 190 ns
@@ -48,6 +51,11 @@ ITEM_UNITS = 3
 
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 _NESTED = frozenset({list, tuple, set, frozenset, dict, str})
+#: dict views: sized, and scanned in C like the dict they show
+_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
+_SIZED = (*_CONTAINERS, str, range, *_VIEWS)
+#: units of visiting one nested container in the walk of `Meter.size` (its own cost, about 300 ns)
+WALK_UNITS = 8
 _SEQUENCES = (list, tuple, str, range)
 
 
@@ -83,7 +91,7 @@ class Meter:
             return 1 if t is not int else 1 + x.bit_length() // 512
         if t is str:
             return 1 + len(x) // CHARS_PER_UNIT
-        if t is range:
+        if t is range or t in _VIEWS:
             return 1 + len(x)
         if t not in _NESTED:
             return 1
@@ -97,7 +105,7 @@ class Meter:
             if ty is str:
                 total += 1 + len(y) // CHARS_PER_UNIT
                 continue
-            total += 1 + len(y)
+            total += WALK_UNITS + len(y)
             if y:
                 # the nested containers and strings, picked out at C speed (a Python loop over every
                 # element would cost more than the pass being charged)
@@ -114,15 +122,27 @@ class Meter:
         self.charge(self.size(x))
         return x
 
-    def rendered(self, x: Any) -> Any:
-        """`x`, after charging what rendering it as text costs (wraps f-string values)."""
-        self.charge(REPR_UNITS * self.size(x) + (_int_bits(x) // 64) ** 2 // 8)
+    def rendered(self, x: Any, width: int = 0) -> Any:
+        """`x`, after charging what rendering it as text costs (wraps f-string values; `width` is the
+        largest number in a static format spec, which pads or extends the text)."""
+        if width > MAX_FORMAT_WIDTH:
+            raise BudgetExceeded(f"format width or precision {width} over {MAX_FORMAT_WIDTH}")
+        self.charge(REPR_UNITS * self.size(x) + (_int_bits(x) // 64) ** 2 // 8 + width // CHARS_PER_UNIT)
         return x
 
     def copied(self, x: Any) -> Any:
-        """`x`, after charging its length (wraps slices and `*args`: a copy of references)."""
-        self.charge(flat(x))
-        return x
+        """`x`, after charging its length (wraps slices, `*args`, `**kwargs`, unpacking and slice
+        assignment: a copy of references); an unsized iterator comes back charging per item."""
+        if isinstance(x, _SIZED):
+            self.charge(flat(x))
+            return x
+        return _metered_iter(self, x)
+
+    def key(self, k: Any) -> Any:
+        """A subscript or display key, after charging its hash (a tuple is hashed in full, every time)."""
+        if type(k) is tuple or type(k) is frozenset:
+            self.charge(self.size(k))
+        return k
 
 
 def flat(x: Any) -> int:
@@ -130,7 +150,7 @@ def flat(x: Any) -> int:
     t = type(x)
     if t is str:
         return 1 + len(x) // CHARS_PER_UNIT
-    if t in (list, tuple, set, frozenset, dict, range):
+    if t in (list, tuple, set, frozenset, dict, range) or t in _VIEWS:
         return 1 + len(x) // ELEMS_PER_UNIT
     return 1
 
@@ -204,12 +224,19 @@ def binop_helper(meter: Meter, max_collection: int) -> Callable[[str, Any, Any, 
                     return (INPLACE if inplace else BINOPS)[op](a, b)
         if ta is not float and tb is not float:
             if op == "Mod" and ta is str:  # printf-style formatting renders its arguments in full
-                meter.charge(meter.size(a) + REPR_UNITS * meter.size(b))
-            elif op in ("Sub", "BitOr", "BitAnd", "BitXor") and isinstance(a, (set, frozenset, dict)):
-                meter.charge(meter.size(a) + meter.size(b))  # set algebra hashes the elements
-            elif isinstance(a, (*_CONTAINERS, str)) or isinstance(b, (*_CONTAINERS, str)):
-                # concatenation: a copy of both (only the right one in place)
-                meter.charge((0 if inplace and ta is list else flat(a)) + flat(b))
+                stars = a.count("*") and sum(abs(v) for v in (b if tb is tuple else (b,)) if type(v) is int)
+                meter.charge(meter.size(a) + REPR_UNITS * meter.size(b) + min(stars, 1 << 40) // CHARS_PER_UNIT)
+                r = BINOPS[op](a, b)
+                meter.charge(flat(r))  # what a width in the format string itself built
+                return r
+            if inplace and ta is list and not isinstance(b, _SIZED):
+                b = _metered_iter(meter, b)  # list += iterator: charged per item
+            if op in ("Sub", "BitOr", "BitAnd", "BitXor") and (isinstance(a, (set, frozenset, dict, *_VIEWS))):
+                meter.charge(HASH_UNITS * (meter.size(a) + meter.size(b)))  # set algebra hashes the elements
+            elif isinstance(a, _SIZED) or isinstance(b, _SIZED):
+                # concatenation: a copy of both; in place, the right one into a growing list (its
+                # reallocations and fresh pages cost about as much again)
+                meter.charge(2 * flat(b) if inplace and ta is list else flat(a) + flat(b))
         return (INPLACE if inplace else BINOPS)[op](a, b)
 
     return binop
@@ -221,17 +248,21 @@ def cmp_helper(meter: Meter) -> Callable[[str, Any, Any], Any]:
     def cmp(op: str, a: Any, b: Any) -> Any:
         if op in ("In", "NotIn"):
             tb = type(b)
-            if tb is list or tb is tuple:
-                meter.charge(meter.size(b))
+            if tb is list or tb is tuple or tb is _VIEWS[1] or tb is _VIEWS[2]:
+                # a scan: each element compared with the needle, a compare costs at most the needle's size
+                meter.charge(1 + len(b) * meter.size(a))
             elif tb is str:  # a substring search
                 meter.charge(1 + len(b) // 16)
             elif tb is range and type(a) is not int:  # only an int is looked up without a scan
                 meter.charge(1 + len(b))
+            elif not isinstance(b, _SIZED):  # an iterator: consumed item by item
+                b = _metered_iter(meter, b)
+                meter.charge(meter.size(a))
             else:  # hashing the key: a tuple key is hashed in full
                 meter.charge(meter.size(a) if isinstance(a, (tuple, frozenset)) else 1)
-        elif op not in ("Is", "IsNot") and (type(a) in _NESTED or type(b) in _NESTED):
+        elif op not in ("Is", "IsNot") and (isinstance(a, _SIZED) or isinstance(b, _SIZED)):
             # a comparison stops at the shorter operand (or at once, for different types)
-            short = a if type(b) not in _NESTED or (type(a) in _NESTED and len(a) <= len(b)) else b
+            short = a if not isinstance(b, _SIZED) or (isinstance(a, _SIZED) and len(a) <= len(b)) else b
             meter.charge(meter.size(short))
         return CMPOPS[op](a, b)
 
@@ -241,7 +272,7 @@ def cmp_helper(meter: Meter) -> Callable[[str, Any, Any], Any]:
 def _metered_iter(meter: Meter, it: Iterable[Any], deep: int = 0) -> Iterable[Any]:
     """Items of an iterable a builtin consumes in C: sized ones charged up front (`deep` units per
     nested element when the builtin hashes or compares them), others per item."""
-    if isinstance(it, (*_CONTAINERS, str, range)):
+    if isinstance(it, _SIZED):
         meter.charge(deep * meter.size(it) if deep else flat(it))
         return it
 
@@ -253,8 +284,10 @@ def _metered_iter(meter: Meter, it: Iterable[Any], deep: int = 0) -> Iterable[An
     return gen()
 
 
-def builtins_table(meter: Meter, max_range: int) -> dict[str, Any]:
-    """The tiny builtins table, each builtin that works in C charging what it touches."""
+def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000) -> dict[str, Any]:
+    """The tiny builtins table, each builtin that works in C charging what it touches. The wrapped
+    types (`int`, `str`, `list`, ...) still work with `isinstance` and as `str.lower` (see `real_type`)."""
+    binop = binop_helper(meter, max_collection)
 
     def rng(*args: Any) -> range:
         r = range(*args)
@@ -272,9 +305,7 @@ def builtins_table(meter: Meter, max_range: int) -> dict[str, Any]:
         return wrapped
 
     def sort_cost(items: list[Any]) -> None:
-        n = len(items)
-        if n > 1:
-            meter.charge(n * max(1, math.ceil(math.log2(n))) // 2)
+        sort_units(meter, items)
 
     def sorted_(iterable: Any, *, key: Any = None, reverse: bool = False) -> list[Any]:
         items = list(_metered_iter(meter, iterable))
@@ -285,7 +316,7 @@ def builtins_table(meter: Meter, max_range: int) -> dict[str, Any]:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             if len(args) == 1:  # compares every element
                 return fn(_metered_iter(meter, args[0], 1), **kwargs)
-            meter.charge(len(args))
+            meter.charge(sum(meter.size(a) for a in args))
             return fn(*args, **kwargs)
 
         wrapped.__name__ = fn.__name__
@@ -296,10 +327,11 @@ def builtins_table(meter: Meter, max_range: int) -> dict[str, Any]:
         if type(start) in (int, float, bool):
             r = sum(items, start)
             return _check_int(r, "sum")
+        if type(start) is str:  # as Python: sum() refuses strings
+            raise TypeError("sum() can't sum strings [use ''.join(seq) instead]")
         acc = start  # sum of lists/tuples: a concatenation per item, each charged
-        add = binop_helper(meter, 1 << 62)
         for x in items:
-            acc = add("Add", acc, x)
+            acc = binop("Add", acc, x)
         return acc
 
     def str_(*args: Any, **kwargs: Any) -> str:
@@ -312,24 +344,54 @@ def builtins_table(meter: Meter, max_range: int) -> dict[str, Any]:
             meter.charge(1 + (len(args[0]) // 20) ** 2 // 8)
         return _check_int(int(*args, **kwargs), "int()")
 
-    def pow_(a: Any, b: Any, mod: Any = None) -> Any:
+    def pow_(base: Any, exp: Any, mod: Any = None) -> Any:
         if mod is None:
-            return binop_helper(meter, 1 << 62)("Pow", a, b)
-        meter.charge(1 + _limbs(_int_bits(mod)) ** 2 * max(1, _int_bits(b)) // 4)
-        return pow(a, b, mod)
+            return binop("Pow", base, exp)
+        meter.charge(1 + _limbs(_int_bits(mod)) ** 2 * max(1, _int_bits(exp)) // 4)
+        return pow(base, exp, mod)
+
+    def round_(number: Any, ndigits: Any = None) -> Any:
+        # an int rounded to -n digits computes 10 ** n
+        if type(ndigits) is int and abs(ndigits) > 1233:
+            raise BudgetExceeded(f"round() to {ndigits} digits: an integer over {MAX_INT_BITS} bits")
+        return round(number, ndigits)
 
     def divmod_(a: Any, b: Any) -> Any:
         meter.charge(1 + _limbs(_int_bits(a)) * _limbs(_int_bits(b)) // 4)
         return divmod(a, b)
 
-    return {
-        "abs": abs, "min": minmax(min), "max": minmax(max), "range": rng, "len": len, "int": int_,
-        "float": float, "round": round, "list": consume(list), "tuple": consume(tuple), "dict": consume(dict, HASH_UNITS),
-        "set": consume(set, HASH_UNITS), "enumerate": enumerate, "zip": zip, "sum": sum_, "sorted": sorted_,
-        "reversed": reversed, "str": str_, "bool": bool, "any": consume(any), "all": consume(all), "map": map,
-        "filter": filter, "pow": pow_, "divmod": divmod_, "isinstance": isinstance,
+    types = {"int": int_, "list": consume(list), "tuple": consume(tuple), "dict": consume(dict, HASH_UNITS),
+             "set": consume(set, HASH_UNITS), "str": str_}
+    real = real_types(types)
+
+    def isinstance_(obj: Any, cls: Any) -> bool:
+        if type(cls) is tuple:
+            cls = tuple(real.get(id(c), c) for c in cls)
+        return isinstance(obj, real.get(id(cls), cls))
+
+    table = {
+        "abs": abs, "min": minmax(min), "max": minmax(max), "range": rng, "len": len, **types,
+        "float": float, "round": round_, "enumerate": enumerate, "zip": zip, "sum": sum_, "sorted": sorted_,
+        "reversed": reversed, "bool": bool, "any": consume(any), "all": consume(all), "map": map,
+        "filter": filter, "pow": pow_, "divmod": divmod_, "isinstance": isinstance_,
         "print": lambda *a, **k: None,  # harmless; the prompt asks for no prints
     }
+    return table
+
+
+_WRAPPED_TYPES = ("int", "list", "tuple", "dict", "set", "str")
+
+
+def real_types(table: dict[str, Any]) -> dict[int, type]:
+    """id(wrapper) -> the builtin type it stands for, for the wrapped types of a builtins table."""
+    return {id(table[n]): getattr(builtins, n) for n in _WRAPPED_TYPES if n in table}
+
+
+def sort_units(meter: Meter, items: list[Any]) -> None:
+    """A sort's compares: n log2 n / 2 of them, each costing up to an element's size."""
+    n = len(items)
+    if n > 1:
+        meter.charge(meter.size(items) * max(1, math.ceil(math.log2(n))) // 2)
 
 
 _STR_METHODS = frozenset({"upper", "lower", "strip", "lstrip", "rstrip", "split", "replace", "zfill", "startswith",
@@ -338,22 +400,28 @@ _ITERABLE_ARGS = frozenset({"extend", "update", "union", "intersection", "differ
 _HASHING = frozenset({"add", "discard", "get", "setdefault"})
 
 
-def attr_helper(meter: Meter) -> Callable[[Any, str], Any]:
-    """`_ambench_attr(obj, name)`: an allowed attribute; a method comes back charging what it touches."""
+def attr_helper(meter: Meter, real: dict[int, type] | None = None) -> Callable[[Any, str], Any]:
+    """`_ambench_attr(obj, name)`: an allowed attribute; a method comes back charging what it touches.
+    `real` maps the builtins table's wrapped types to the types (so `str.lower` is the method)."""
+    real = real or {}
 
     def attr(obj: Any, name: str) -> Any:
+        obj = real.get(id(obj), obj)
         bound = getattr(obj, name)  # name is from the policy's allow-list; a missing one raises as usual
         if not callable(bound):
             return bound
 
         def method(*args: Any, **kwargs: Any) -> Any:
-            if name == "sort":
-                n = len(obj)
-                meter.charge(flat(obj) + (n * max(1, math.ceil(math.log2(n))) // 2 if n > 1 else 0))
+            if isinstance(obj, type):  # an unbound method, str.lower(s): charged as the bound one
+                meter.charge(1 + sum(flat(a) for a in args))
+            elif name == "sort":
+                meter.charge(flat(obj))
+                sort_units(meter, obj)
             elif name in ("pop", "insert"):  # O(n - i) on a list; O(1) at its end or on a dict
                 meter.charge(flat(obj) if type(obj) is list and (name == "insert" or args) else 1)
-            elif name in ("index", "count"):  # compares every element
-                meter.charge(meter.size(obj) + sum(meter.size(a) for a in args))
+            elif name in ("index", "count"):  # each element compared with the argument
+                meter.charge(1 + (len(obj) * meter.size(args[0]) if args and type(obj) is not str
+                                  else flat(obj) + sum(flat(a) for a in args)))
             elif name in ("copy", "clear", "reverse"):
                 meter.charge(flat(obj))
             elif name in _STR_METHODS:
@@ -383,7 +451,7 @@ def attr_helper(meter: Meter) -> Callable[[Any, str], Any]:
 _MATH_INT_BOUNDS = {"factorial": 500, "comb": MAX_INT_BITS, "perm": MAX_INT_BITS}
 
 
-def math_functions(meter: Meter) -> dict[str, Callable[..., Any]]:
+def math_functions(meter: Meter, max_collection: int = 1_000_000) -> dict[str, Callable[..., Any]]:
     """Replacements for math's integer-building functions (the rest are float work of O(1))."""
 
     def bounded(name: str) -> Callable[..., Any]:
@@ -399,7 +467,7 @@ def math_functions(meter: Meter) -> dict[str, Callable[..., Any]]:
         return wrapped
 
     def prod(iterable: Any, *, start: Any = 1) -> Any:
-        mul = binop_helper(meter, 1 << 62)
+        mul = binop_helper(meter, max_collection)
         acc = start
         for x in _metered_iter(meter, iterable):
             acc = mul("Mult", acc, x)

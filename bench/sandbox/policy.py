@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 
 RESERVED = "_ambench"  #: prefix of the sandbox's own names (the meter's helpers); never a program's
 TICK = "_ambench_tick"  #: tick(units): one loop pass / call / comprehension item of that static size
@@ -34,7 +35,9 @@ SIZED = "_ambench_sized"  #: sized(x): x after charging its nested size (chained
 RENDERED = "_ambench_rendered"  #: rendered(x): x after charging what rendering it as text costs (f-strings)
 COPIED = "_ambench_copied"  #: copied(x): x after charging its length (slices, *args, **kwargs)
 ATTR = "_ambench_attr"  #: attr(obj, name): an allowed method, charged when called
-AUGITEM = "_ambench_augitem"  #: augitem(obj, key, op, value): obj[key] op= value, the key evaluated once
+AUGITEM = "_ambench_augitem"  #: augitem(obj, key, op, lambda: value): obj[key] op= value, in Python's order
+KEY = "_ambench_key"  #: key(k): a subscript or display key after charging its hash
+SLICE = "_ambench_slice"  #: the builtin slice (an augmented slice target: x[i:j] += y)
 #: units of one loop pass, call or comprehension item beyond the nodes it runs (the charge's own cost)
 PASS_COST = 4
 
@@ -145,8 +148,10 @@ def _static_spec(spec: ast.AST) -> bool:
 
 _NOT_COUNTED = (ast.expr_context, ast.operator, ast.cmpop, ast.boolop, ast.unaryop)
 #: nodes that cost a Python-level call (a helper of the meter, or the program's own call): units each
-_CALL_NODES = (ast.Call, ast.BinOp, ast.Compare, ast.AugAssign, ast.FormattedValue)
+_CALL_NODES = (ast.Call, ast.BinOp, ast.Compare, ast.AugAssign, ast.FormattedValue, ast.Subscript)
 CALL_UNITS = 4
+#: an `if` body or `else` of at least this many units is charged when it runs, not with its loop pass
+BRANCH_UNITS = 12
 
 
 def _weight(nodes: list[ast.AST]) -> int:
@@ -167,6 +172,11 @@ def _weight(nodes: list[ast.AST]) -> int:
         elif isinstance(n, ast.While):
             stack.append(n.test)
             stack.extend(n.orelse)
+        elif isinstance(n, ast.If):
+            stack.append(n.test)
+            for branch in (n.body, n.orelse):
+                if _weight(branch) < BRANCH_UNITS:
+                    stack.extend(branch)
         elif isinstance(n, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             stack.append(n.generators[0].iter)
         else:
@@ -194,6 +204,14 @@ class _Meter(ast.NodeTransformer):
         units = _weight(node.body) + _weight([node.test])
         self.generic_visit(node)
         node.body.insert(0, self._tick(node, units))
+        return node
+
+    def visit_If(self, node: ast.If) -> ast.AST:
+        units = [_weight(node.body), _weight(node.orelse)]
+        self.generic_visit(node)
+        for branch, u in zip((node.body, node.orelse), units):
+            if branch and u >= BRANCH_UNITS:  # the same threshold `_weight` leaves out
+                branch.insert(0, self._tick(node, u - PASS_COST))
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
@@ -232,9 +250,17 @@ class _Meter(ast.NodeTransformer):
         self.generic_visit(node)
         op = ast.Constant(type(node.op).__name__)
         t = node.target
-        if isinstance(t, ast.Subscript) and not isinstance(t.slice, ast.Slice):
-            # obj[key] op= value with obj and key evaluated once, as Python does
-            call = _call(AUGITEM, t.value, t.slice, op, node.value)
+        if isinstance(t, ast.Subscript):
+            # obj[key] op= value in Python's order: obj and key once, obj[key], then the value (a thunk)
+            key = t.slice
+            if isinstance(key, ast.Slice):
+                none = ast.Constant(None)
+                key = _call(SLICE, key.lower or none, key.upper or none, key.step or none)
+            elif isinstance(key, ast.Call) and isinstance(key.func, ast.Name) and key.func.id == KEY:
+                key = key.args[0]  # augitem charges the key itself
+            thunk = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                               body=node.value)
+            call = _call(AUGITEM, t.value, key, op, thunk)
             return ast.copy_location(ast.Expr(value=call), node)
         # x op= y  ->  x = binop(op, x, y, inplace): a name (or a slice / attribute, evaluated twice)
         value = _call(BINOP, op, _as_load(t), node.value, ast.Constant(True))
@@ -251,8 +277,18 @@ class _Meter(ast.NodeTransformer):
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         self.generic_visit(node)
-        if isinstance(node.slice, ast.Slice) and isinstance(node.ctx, ast.Load):
-            return ast.copy_location(_call(COPIED, node), node)
+        if isinstance(node.slice, ast.Slice):
+            if isinstance(node.ctx, ast.Load):
+                return ast.copy_location(_call(COPIED, node), node)
+            node.value = _call(COPIED, node.value)  # x[i:j] = y moves the rest of x
+            return node
+        if not isinstance(node.slice, ast.Constant):
+            node.slice = _call(KEY, node.slice)  # a tuple key is hashed in full on every access
+        return node
+
+    def visit_Set(self, node: ast.Set) -> ast.AST:
+        self.generic_visit(node)
+        node.elts = [e if isinstance(e, (ast.Constant, ast.Starred)) else _call(KEY, e) for e in node.elts]
         return node
 
     def visit_Starred(self, node: ast.Starred) -> ast.AST:
@@ -270,11 +306,15 @@ class _Meter(ast.NodeTransformer):
     def visit_Dict(self, node: ast.Dict) -> ast.AST:
         self.generic_visit(node)
         node.values = [_call(COPIED, v) if k is None else v for k, v in zip(node.keys, node.values)]
+        node.keys = [k if k is None or isinstance(k, ast.Constant) else _call(KEY, k) for k in node.keys]
         return node
 
     def visit_FormattedValue(self, node: ast.FormattedValue) -> ast.AST:
         self.generic_visit(node)
-        node.value = _call(RENDERED, node.value)
+        # a static spec's largest number bounds what it adds (a width or a precision: {x:>100000000})
+        spec = "".join(str(v.value) for v in node.format_spec.values) if node.format_spec is not None else ""
+        width = max((int(d) for d in re.findall(r"\d+", spec)), default=0)
+        node.value = _call(RENDERED, node.value, ast.Constant(width))
         return node
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:

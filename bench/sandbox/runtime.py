@@ -104,24 +104,32 @@ def _math_namespace(overrides: dict[str, Any]) -> Any:
     return cls()
 
 
-def _augitem(binop: Any) -> Any:
+def _augitem(meter: meters.Meter, binop: Any) -> Any:
     def augitem(obj: Any, key: Any, op: str, value: Any) -> None:
-        obj[key] = binop(op, obj[key], value, True)
+        """obj[key] op= value(), in Python's order: obj and key once, then obj[key], then the value."""
+        if type(key) is slice:
+            meter.charge(meters.flat(obj))  # read a copy of the slice, then assign it back
+        else:
+            meter.key(key)
+        current = obj[key]
+        obj[key] = binop(op, current, value(), True)
 
     return augitem
 
 
 def environment(meter: meters.Meter, limits: Limits) -> dict[str, Any]:
     """The globals one program runs with: the metered builtins, math and the meter's helpers."""
-    math_ns = _math_namespace(meters.math_functions(meter))
-    builtins = meters.builtins_table(meter, limits.max_range)
+    math_ns = _math_namespace(meters.math_functions(meter, limits.max_collection))
+    builtins = meters.builtins_table(meter, limits.max_range, limits.max_collection)
+    real = meters.real_types(builtins)
     builtins["__import__"] = _import_shim(math_ns)  # reached only by `import math` / `from math import ...`
     binop = meters.binop_helper(meter, limits.max_collection)
     return {
         "__builtins__": builtins, "math": math_ns,
         policy.TICK: meter.tick, policy.BINOP: binop, policy.CMP: meters.cmp_helper(meter),
-        policy.SIZED: meter.charged, policy.RENDERED: meter.rendered, policy.COPIED: meter.copied, policy.ATTR: meters.attr_helper(meter),
-        policy.AUGITEM: _augitem(binop),
+        policy.SIZED: meter.charged, policy.RENDERED: meter.rendered, policy.COPIED: meter.copied,
+        policy.KEY: meter.key, policy.ATTR: meters.attr_helper(meter, real), policy.AUGITEM: _augitem(meter, binop),
+        policy.SLICE: slice,
     }
 
 

@@ -53,16 +53,30 @@ def test_a_self_crossing_polygon_is_charged_for_its_even_odd_reading():
     star = "import math\npoly([(12 + 11 * math.sin(6.283 * i * 0.4999), 12 + 11 * math.cos(6.283 * i * 0.4999)) for i in range({n})], 'red')"
     assert execute(star.format(n=12)).outcome == "ok"
     big = execute(star.format(n=256))  # took over 60 s of CPU before it was charged
-    assert big.outcome == "budget" and "crossing itself" in big.reason
+    assert big.outcome == "budget" and "not a simple polygon" in big.reason
     ring = "import math\npoly([(12 + 11 * math.sin(6.283 * i / 256), 12 + 11 * math.cos(6.283 * i / 256)) for i in range(256)], 'red')"
     assert execute(ring).outcome == "ok"  # a simple ring of as many vertices is cheap
+    # a figure eight crosses itself once: charged for its n^2 fan, not as a star (it was `budget` at n^3)
+    eight = ("import math\npoly([(12 + 10 * math.sin(6.2832 * i / 100) * math.cos(6.2832 * i / 100), "
+             "12 + 11 * math.sin(6.2832 * i / 100)) for i in range(100)], 'red')")
+    r = execute(eight)
+    assert r.outcome == "ok" and r.ops < 2_000_000, (r.reason, r.ops)
+
+
+def test_crossings_are_counted():
+    from bench.canvas.geometry import crossings
+
+    assert crossings([(0, 0), (0, 10), (10, 10), (10, 0)]) == 0  # a square
+    assert crossings([(0, 0), (10, 10), (10, 0), (0, 10)]) == 1  # a bow tie
+    pentagram = [(12 + 10 * math.sin(4 * math.pi * i / 5), 12 + 10 * math.cos(4 * math.pi * i / 5)) for i in range(5)]
+    assert crossings(pentagram) == 5
 
 
 def test_integers_are_capped():
-    for text in ("x = 3 ** 5000", "x = 1 << 5000", "x = (1 << 4000) * (1 << 200)", "x = 1\nfor i in range(5000):\n    x = x + x",
+    for text in ("x = round(1, -10000000)", "x = f'{0:>100000000}'", "x = 3 ** 5000", "x = 1 << 5000", "x = (1 << 4000) * (1 << 200)", "x = 1\nfor i in range(5000):\n    x = x + x",
                  "import math\nx = math.factorial(2000)", "import math\nx = math.prod(range(1, 3000))", "x = pow(3, 5000)"):
         r = execute(text)
-        assert r.outcome == "budget" and ("integer" in r.reason or "math." in r.reason), (text, r.reason)
+        assert r.outcome == "budget" and ("integer" in r.reason or "math." in r.reason or "format width" in r.reason), (text, r.reason)
 
 
 SEMANTICS = """
@@ -104,6 +118,27 @@ lst.sort()
 lst.insert(0, 1)
 vals.append(lst.index(8) + lst.count(3) + lst.pop() + lst.pop(0))
 vals.append(len(str([1, [2, 3]])) + len('ab' * 3) + len([0] * 4) + len((1, 2) * 2))
+vals.append(int(isinstance(3, (int, float))) + 2 * int(isinstance([], list)) + 4 * int(isinstance('a', str)))
+vals.append(len(sorted(['b', 'A', 'c'], key=str.lower)[0]) + len(list(map(str.upper, ['ab']))[0]))
+e = {'a': 1}
+def bump():
+    e['a'] = 10
+    return 1
+e['a'] += bump()              # obj[key] is read before the value runs: 2, as Python
+vals.append(e['a'])
+L = [1, 2, 3]
+hits = []
+def lo():
+    hits.append(1)
+    return 0
+L[lo():2] += [9]               # the slice bounds evaluated once
+vals.append(sum(L) + 10 * len(hits))
+vals.append(pow(base=2, exp=5) + round(1234, -2) // 100 + int(str(7) * 2))
+grid = {}
+grid[(1, 2)] = 5
+grid[(1, 2)] += 1
+vals.append(grid[(1, 2)] + len({(1, 2), (1, 2)}) + len({(1, 2): 0}))
+vals.append(len([*map(abs, [-1, -2])]) + int(-1 in map(abs, [1])) + len(d.keys() | {'q'}))
 for i, v in enumerate(vals):
     set_pixel(i % 24, v % 24, 'red')
     set_pixel((i + 12) % 24, (v // 24) % 24, 'blue')
@@ -119,7 +154,9 @@ def test_metering_never_changes_what_a_program_computes():
 
 def test_the_meter_charges_nested_elements_once_each_and_stops_early():
     m = meters.Meter(10**9)
-    assert m.size([1, 2, 3]) == 4 and m.size([[1, 2], "x" * 640, (3,)]) == 4 + 3 + 11 + 2
+    assert m.size([1, 2, 3]) == 4  # a flat list: one unit and one per element, no walk
+    nested = [[1, 2], "x" * 640, (3,)]  # each container visited costs WALK_UNITS, a string a unit per 64 characters
+    assert m.size(nested) == 3 * meters.WALK_UNITS + 3 + 2 + 1 + (1 + 640 // meters.CHARS_PER_UNIT)
     shared = [list(range(1000))] * 1000  # a million elements reached through one list
     small = meters.Meter(50_000)
     with pytest.raises(Exception, match="work units"):
@@ -128,17 +165,20 @@ def test_the_meter_charges_nested_elements_once_each_and_stops_early():
     assert small.units < 60_000 + 2_000
 
 
-def test_sort_is_charged_n_log_n():
+def test_sort_is_charged_n_log_n_compares_of_the_elements_size():
     m = meters.Meter(10**9)
     sorted_ = meters.builtins_table(m, 10**6)["sorted"]
     sorted_(list(range(1024)))
-    assert m.units == 1 + 1024 // meters.ELEMS_PER_UNIT + 1024 * int(math.log2(1024)) // 2
+    assert m.units == 1 + 1024 // meters.ELEMS_PER_UNIT + (1 + 1024) * int(math.log2(1024)) // 2
+    long = meters.Meter(10**9)
+    meters.builtins_table(long, 10**6)["sorted"](["a" * 6400] * 1024)  # a compare of long strings costs their length
+    assert long.units > 50 * m.units
 
 
 def test_the_stress_check_fails_for_a_meter_that_misses_a_construct(monkeypatch):
     # broken variant: methods no longer charge what they touch; `.count` over 100,000 elements per pass
     # then runs until the CPU limit decides (the load-dependent outcome the units exist to replace)
-    def uncharged(meter):
+    def uncharged(meter, real=None):
         return lambda obj, name: getattr(obj, name)
 
     monkeypatch.setattr(meters, "attr_helper", uncharged)

@@ -7,16 +7,33 @@ by perf/bench_meter.py (the CPU each uses at the full budget, which must stay fa
 
 from __future__ import annotations
 
-from bench.canvas.medium import CALL_UNITS, CROSSING_UNITS, VERTEX_UNITS
+import math
+
+from bench.canvas.medium import CALL_UNITS, V1, VERTEX_UNITS, call_units
+
+
+def star_units(n: int) -> int:
+    """Work units of one `poly` of the STAR program's n points (the same floats the program computes)."""
+    pts = [(12 + 11 * math.sin(6.283 * i * 0.4999), 12 + 11 * math.cos(6.283 * i * 0.4999)) for i in range(n)]
+    return call_units(V1.vocabulary["poly"], tuple(v for p in pts for v in p))
+
+
+def zigzag_units(n: int) -> int:
+    """Work units of one `poly` of the ZIGZAG program's n points."""
+    pts = [((i % 2) * 23.5, i * 24 / n) for i in range(n)]
+    return call_units(V1.vocabulary["poly"], tuple(v for p in pts for v in p))
 
 STAR = "import math\npts = [(12 + 11 * math.sin(6.283 * i * 0.4999), 12 + 11 * math.cos(6.283 * i * 0.4999)) for i in range({n})]\n"
+ZIGZAG = "pts = [((i % 2) * 23.5, i * 24 / {n}) for i in range({n})]\n"
 RING = "import math\npts = [(12 + 11 * math.sin(6.2832 * i / {n}), 12 + 11 * math.cos(6.2832 * i / {n})) for i in range({n})]\n"
 
 
 def programs(max_ops: int) -> dict[str, str]:
     """Name -> program; those named "(ok)" end just under `max_ops`, every other one runs past it."""
-    star_n = min(40, int((max_ops / 4 / CROSSING_UNITS) ** (1 / 3)))
-    stars = max(1, max_ops // (CALL_UNITS + VERTEX_UNITS * star_n + CROSSING_UNITS * star_n**3) - 1)
+    star_n = max(n for n in range(5, 41) if star_units(n) <= max_ops // 4)
+    stars = max(1, max_ops // star_units(star_n) - 1)
+    zig_n = max(n for n in range(8, 257, 8) if zigzag_units(n) <= max_ops // 2)
+    zigs = max(1, (max_ops - 5000) // zigzag_units(zig_n))
     rects = max_ops // (CALL_UNITS + 40) - 50
     ring_n = min(4096, max_ops // (4 * VERTEX_UNITS))
     rings = max_ops // (CALL_UNITS + VERTEX_UNITS * ring_n) - 1
@@ -52,8 +69,23 @@ def programs(max_ops: int) -> dict[str, str]:
         "x in str": "s = 'ab' * 500000\nwhile True:\n    t = 'zz' in s",
         ".count": "a = list(range(100000))\nwhile True:\n    c = a.count(-1)",
         "tuple in dict": "d = {(i, i): i for i in range(1000)}\nwhile True:\n    t = (5, 5) in d",
+        "f-string width": "while True:\n    s = f'{0:>90000}'",
+        "% width": "while True:\n    s = '%*d' % (90000, 0)",
+        "tuple key hash": "t = tuple(range(100000))\nd = {}\nwhile True:\n    d[t] = 1",
+        "tuple in set display": "t = tuple(range(100000))\nwhile True:\n    s = {t}",
+        "[*iterator]": "a = list(range(100000))\nwhile True:\n    b = [*map(abs, a)]",
+        "list += iterator": "a = list(range(10000))\nwhile True:\n    b = []\n    b += map(abs, a)",
+        "x in iterator": "a = list(range(100000))\nwhile True:\n    t = -1 in map(abs, a)",
+        "dict view algebra": "d = {i: i for i in range(100000)}\nwhile True:\n    x = d.keys() ^ d.keys()",
+        "slice assignment": "L = list(range(1000000))\nwhile True:\n    L[:0] = [1]\n    L[:1] = []",
+        "slice +=": "L = list(range(1000000))\nwhile True:\n    L[:] += []",
+        "sort long strings": "a = ['x' * 100000 + str(i) for i in range(200)]\nwhile True:\n    b = sorted(a)",
+        "max of 2 long strings": "a = 'x' * 1000000\nb = 'x' * 1000000\nwhile True:\n    m = max(a, b)",
+        "list in list of lists": "pts = [[i] for i in range(100000)]\nwhile True:\n    t = [-1] in pts",
+        "self-referencing walk": "L = [0]\nL.append(L)\nwhile True:\n    x = L == L",
         "rect calls (ok)": f"for k in range({rects}):\n    rect(k % 20, 0, 4, 4, 'red')",
         "circle calls": "while True:\n    circle(12, 12, 3, 'red')",
         "stars (ok)": STAR.format(n=star_n) + f"for k in range({stars}):\n    poly(pts, 'red')",
+        "zigzags (ok)": ZIGZAG.format(n=zig_n) + f"for k in range({zigs}):\n    poly(pts, 'red')",
         "rings (ok)": RING.format(n=ring_n) + f"for k in range({rings}):\n    poly(pts, 'red')",
     }
