@@ -278,7 +278,7 @@ def _metered_iter(meter: Meter, it: Iterable[Any], deep: int = 0) -> Iterable[An
 
     def gen() -> Iterable[Any]:
         for x in it:
-            meter.tick(ITEM_UNITS)
+            meter.tick(ITEM_UNITS + deep * meter.size(x) if deep else ITEM_UNITS)
             yield x
 
     return gen()
@@ -304,13 +304,9 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
         wrapped.__name__ = fn.__name__
         return wrapped
 
-    def sort_cost(items: list[Any]) -> None:
-        sort_units(meter, items)
-
     def sorted_(iterable: Any, *, key: Any = None, reverse: bool = False) -> list[Any]:
         items = list(_metered_iter(meter, iterable))
-        sort_cost(items)
-        return sorted(items, key=key, reverse=reverse)
+        return sort_list(meter, items, key, reverse)
 
     def minmax(fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -364,10 +360,11 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
              "set": consume(set, HASH_UNITS), "str": str_}
     real = real_types(types)
 
+    def unwrap(cls: Any) -> Any:
+        return tuple(unwrap(c) for c in cls) if type(cls) is tuple else real.get(id(cls), cls)
+
     def isinstance_(obj: Any, cls: Any) -> bool:
-        if type(cls) is tuple:
-            cls = tuple(real.get(id(c), c) for c in cls)
-        return isinstance(obj, real.get(id(cls), cls))
+        return isinstance(obj, unwrap(cls))
 
     table = {
         "abs": abs, "min": minmax(min), "max": minmax(max), "range": rng, "len": len, **types,
@@ -394,6 +391,18 @@ def sort_units(meter: Meter, items: list[Any]) -> None:
         meter.charge(meter.size(items) * max(1, math.ceil(math.log2(n))) // 2)
 
 
+def sort_list(meter: Meter, items: list[Any], key: Any, reverse: bool) -> list[Any]:
+    """sorted(items, key=key, reverse=reverse), charged for the compares of what is compared: the keys
+    when there is a key function (called once per item, in order, as Python does)."""
+    if key is None:
+        sort_units(meter, items)
+        return sorted(items, reverse=reverse)
+    keys = [key(x) for x in items]
+    sort_units(meter, keys)
+    order = sorted(range(len(items)), key=keys.__getitem__, reverse=reverse)  # stable, as sorting the items
+    return [items[i] for i in order]
+
+
 _STR_METHODS = frozenset({"upper", "lower", "strip", "lstrip", "rstrip", "split", "replace", "zfill", "startswith",
                           "endswith"})
 _ITERABLE_ARGS = frozenset({"extend", "update", "union", "intersection", "difference", "join"})
@@ -410,15 +419,27 @@ def attr_helper(meter: Meter, real: dict[int, type] | None = None) -> Callable[[
         bound = getattr(obj, name)  # name is from the policy's allow-list; a missing one raises as usual
         if not callable(bound):
             return bound
+        if isinstance(obj, type):  # an unbound method, str.lower(s): the bound one of its first argument
+
+            def unbound(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if not isinstance(self, obj):
+                    raise TypeError(f"{obj.__name__}.{name}() needs a {obj.__name__}, not {type(self).__name__}")
+                return attr(self, name)(*args, **kwargs)
+
+            return unbound
 
         def method(*args: Any, **kwargs: Any) -> Any:
-            if isinstance(obj, type):  # an unbound method, str.lower(s): charged as the bound one
-                meter.charge(1 + sum(flat(a) for a in args))
-            elif name == "sort":
+            if name == "sort":
+                if args:
+                    raise TypeError("sort() takes no positional arguments")
                 meter.charge(flat(obj))
-                sort_units(meter, obj)
-            elif name in ("pop", "insert"):  # O(n - i) on a list; O(1) at its end or on a dict
-                meter.charge(flat(obj) if type(obj) is list and (name == "insert" or args) else 1)
+                obj[:] = sort_list(meter, list(obj), kwargs.get("key"), bool(kwargs.get("reverse", False)))
+                return None
+            elif name in ("pop", "insert"):  # O(n - i) on a list; O(1) at its end; a dict hashes the key
+                if type(obj) is dict:
+                    meter.charge(meter.size(args[0]) if args and isinstance(args[0], (tuple, frozenset)) else 1)
+                else:
+                    meter.charge(flat(obj) if type(obj) is list and (name == "insert" or args) else 1)
             elif name in ("index", "count"):  # each element compared with the argument
                 meter.charge(1 + (len(obj) * meter.size(args[0]) if args and type(obj) is not str
                                   else flat(obj) + sum(flat(a) for a in args)))

@@ -35,7 +35,7 @@ SIZED = "_ambench_sized"  #: sized(x): x after charging its nested size (chained
 RENDERED = "_ambench_rendered"  #: rendered(x): x after charging what rendering it as text costs (f-strings)
 COPIED = "_ambench_copied"  #: copied(x): x after charging its length (slices, *args, **kwargs)
 ATTR = "_ambench_attr"  #: attr(obj, name): an allowed method, charged when called
-AUGITEM = "_ambench_augitem"  #: augitem(obj, key, op, lambda: value): obj[key] op= value, in Python's order
+AUG_OBJ, AUG_KEY = "_ambench_o", "_ambench_k"  #: temporaries of obj[key] op= value (obj and key evaluated once)
 KEY = "_ambench_key"  #: key(k): a subscript or display key after charging its hash
 SLICE = "_ambench_slice"  #: the builtin slice (an augmented slice target: x[i:j] += y)
 #: units of one loop pass, call or comprehension item beyond the nodes it runs (the charge's own cost)
@@ -174,14 +174,22 @@ def _weight(nodes: list[ast.AST]) -> int:
             stack.extend(n.orelse)
         elif isinstance(n, ast.If):
             stack.append(n.test)
-            for branch in (n.body, n.orelse):
-                if _weight(branch) < BRANCH_UNITS:
-                    stack.extend(branch)
+            count += sum(w for w in _branch_weights(n) if w < BRANCH_UNITS)  # heavier ones charge themselves
         elif isinstance(n, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             stack.append(n.generators[0].iter)
         else:
             stack.extend(ast.iter_child_nodes(n))
     return count
+
+
+def _branch_weights(node: ast.If) -> tuple[int, int]:
+    """The weights of an `if`'s body and `else`, computed once per node (an `elif` chain is an `if` in
+    each `else`: recomputing them at every level made instrumenting a 26-branch chain take 2 s)."""
+    cached = getattr(node, "_ambench_weights", None)
+    if cached is None:
+        cached = (_weight(node.body), _weight(node.orelse))
+        node._ambench_weights = cached  # type: ignore[attr-defined]
+    return cached
 
 
 def _call(name: str, *args: ast.expr) -> ast.Call:
@@ -207,7 +215,7 @@ class _Meter(ast.NodeTransformer):
         return node
 
     def visit_If(self, node: ast.If) -> ast.AST:
-        units = [_weight(node.body), _weight(node.orelse)]
+        units = _branch_weights(node)
         self.generic_visit(node)
         for branch, u in zip((node.body, node.orelse), units):
             if branch and u >= BRANCH_UNITS:  # the same threshold `_weight` leaves out
@@ -237,6 +245,10 @@ class _Meter(ast.NodeTransformer):
         self.generic_visit(node)
         for g, u in zip(node.generators, units):
             g.ifs.insert(0, _call(TICK, ast.Constant(u + PASS_COST)))  # tick() returns True
+        if isinstance(node, ast.SetComp):  # each element is hashed
+            node.elt = _call(KEY, node.elt)
+        elif isinstance(node, ast.DictComp):
+            node.key = _call(KEY, node.key)
         return node
 
     visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
@@ -246,22 +258,33 @@ class _Meter(ast.NodeTransformer):
         call = _call(BINOP, ast.Constant(type(node.op).__name__), node.left, node.right)
         return ast.copy_location(call, node)
 
-    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST | list[ast.stmt]:
         self.generic_visit(node)
         op = ast.Constant(type(node.op).__name__)
         t = node.target
         if isinstance(t, ast.Subscript):
-            # obj[key] op= value in Python's order: obj and key once, obj[key], then the value (a thunk)
+            # obj[key] op= value in Python's order, obj and key evaluated once, through two reserved
+            # temporaries: o = obj; k = key; o[k] = binop(op, o[k], value) (the value runs last, in the
+            # program's own scope, so a walrus in it binds where the program expects)
+            def name(n: str, ctx: ast.expr_context) -> ast.Name:
+                return ast.Name(id=n, ctx=ctx)
+
             key = t.slice
             if isinstance(key, ast.Slice):
                 none = ast.Constant(None)
                 key = _call(SLICE, key.lower or none, key.upper or none, key.step or none)
-            elif isinstance(key, ast.Call) and isinstance(key.func, ast.Name) and key.func.id == KEY:
-                key = key.args[0]  # augitem charges the key itself
-            thunk = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
-                               body=node.value)
-            call = _call(AUGITEM, t.value, key, op, thunk)
-            return ast.copy_location(ast.Expr(value=call), node)
+            read: ast.expr = ast.Subscript(value=name(AUG_OBJ, ast.Load()), slice=name(AUG_KEY, ast.Load()), ctx=ast.Load())
+            store_obj: ast.expr = name(AUG_OBJ, ast.Load())
+            if isinstance(t.slice, ast.Slice):  # a copy of the slice is read, and assigning it back moves the rest
+                read = _call(COPIED, read)
+                store_obj = _call(COPIED, store_obj)
+            stmts = [
+                ast.Assign(targets=[name(AUG_OBJ, ast.Store())], value=t.value),
+                ast.Assign(targets=[name(AUG_KEY, ast.Store())], value=key),
+                ast.Assign(targets=[ast.Subscript(value=store_obj, slice=name(AUG_KEY, ast.Load()), ctx=ast.Store())],
+                           value=_call(BINOP, op, read, node.value, ast.Constant(True))),
+            ]
+            return [ast.copy_location(st, node) for st in stmts]
         # x op= y  ->  x = binop(op, x, y, inplace): a name (or a slice / attribute, evaluated twice)
         value = _call(BINOP, op, _as_load(t), node.value, ast.Constant(True))
         return ast.copy_location(ast.Assign(targets=[t], value=value), node)

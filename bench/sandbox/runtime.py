@@ -104,19 +104,6 @@ def _math_namespace(overrides: dict[str, Any]) -> Any:
     return cls()
 
 
-def _augitem(meter: meters.Meter, binop: Any) -> Any:
-    def augitem(obj: Any, key: Any, op: str, value: Any) -> None:
-        """obj[key] op= value(), in Python's order: obj and key once, then obj[key], then the value."""
-        if type(key) is slice:
-            meter.charge(meters.flat(obj))  # read a copy of the slice, then assign it back
-        else:
-            meter.key(key)
-        current = obj[key]
-        obj[key] = binop(op, current, value(), True)
-
-    return augitem
-
-
 def environment(meter: meters.Meter, limits: Limits) -> dict[str, Any]:
     """The globals one program runs with: the metered builtins, math and the meter's helpers."""
     math_ns = _math_namespace(meters.math_functions(meter, limits.max_collection))
@@ -128,7 +115,7 @@ def environment(meter: meters.Meter, limits: Limits) -> dict[str, Any]:
         "__builtins__": builtins, "math": math_ns,
         policy.TICK: meter.tick, policy.BINOP: binop, policy.CMP: meters.cmp_helper(meter),
         policy.SIZED: meter.charged, policy.RENDERED: meter.rendered, policy.COPIED: meter.copied,
-        policy.KEY: meter.key, policy.ATTR: meters.attr_helper(meter, real), policy.AUGITEM: _augitem(meter, binop),
+        policy.KEY: meter.key, policy.ATTR: meters.attr_helper(meter, real),
         policy.SLICE: slice,
     }
 
@@ -175,7 +162,11 @@ def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
 def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> ExecResult:
     """Run one model text in this process (trusted callers only; see module docstring)."""
     limits = limits or Limits()
-    prepared = prepare(text, limits)
+    try:
+        with cpu_limit(limits.cpu_seconds):  # parsing, checking and instrumenting are the program's cost too
+            prepared = prepare(text, limits)
+    except CpuTimeout:
+        prepared = ExecResult("timeout", f"preparing the program took over {limits.cpu_seconds:g} s of CPU")
     if isinstance(prepared, ExecResult):
         prepared.medium = medium.name
         return prepared
@@ -195,7 +186,7 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
             exec(compiled, env)  # noqa: S102 - checked, instrumented, budgeted; see module docstring
             # the shapes are the program's cost too (an even-odd polygon of 4,096 crossing vertices is
             # expensive): computed under the same CPU limit, then bounded before anything leaves
-            geoms = [shape_of(medium, c) for c in canvas.calls]
+            geoms = shapes_within_bound(medium, canvas.calls, limits)
             check_geometry(canvas.calls, geoms, limits, medium)
     except CpuTimeout:
         outcome, reason = "timeout", f"over {limits.cpu_seconds:g} s of CPU"
@@ -217,6 +208,19 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
         "ok", "", code=code, pixels=canvas.pixels, calls=canvas.calls, shapes_wkb=wkb,
         background=canvas.background, ops=meter.units, pixel_writes=canvas.pixel_writes, medium=medium.name,
     )
+
+
+def shapes_within_bound(medium: Medium, calls: list[Call], limits: Limits) -> list[Any]:
+    """The calls' shapes, stopping (BudgetExceeded) as soon as their coordinates pass the bound, so a
+    program of 8,000 discs is refused after the first 390, not after computing all of them."""
+    geoms, carried = [], 0
+    for c in calls:
+        g = shape_of(medium, c)
+        carried += int(shapely.get_num_coordinates(g))
+        if carried > limits.max_total_vertices:
+            raise BudgetExceeded(f"shapes of over {carried} vertices in all exceed {limits.max_total_vertices}")
+        geoms.append(g)
+    return geoms
 
 
 def check_geometry(calls: list[Call], geoms: list[Any], limits: Limits, medium: Medium) -> None:

@@ -139,6 +139,18 @@ grid[(1, 2)] = 5
 grid[(1, 2)] += 1
 vals.append(grid[(1, 2)] + len({(1, 2), (1, 2)}) + len({(1, 2): 0}))
 vals.append(len([*map(abs, [-1, -2])]) + int(-1 in map(abs, [1])) + len(d.keys() | {'q'}))
+w = [0] * 4
+acc = 0
+for i in range(4):
+    w[i] += (acc := acc + i)   # a walrus in the value binds in the program's scope
+vals.append(sum(w) + acc)
+vals.append(int(isinstance(2.5, (int, (list, float)))) + len(sorted(['bb', 'a', 'ccc'], key=len)[2]))
+pts = [(3, 1), (1, 2), (2, 0)]
+pts.sort(key=lambda p: p[1], reverse=True)
+vals.append(pts[0][0] * 10 + pts[2][0])
+u = {}
+dict.update(u, zip(['x', 'y'], [1, 2]))
+vals.append(sum(u.values()) + len(str.join('-', ['a', 'b'])) + len({k: 1 for k in [(1, 2), (1, 2)]}))
 for i, v in enumerate(vals):
     set_pixel(i % 24, v % 24, 'red')
     set_pixel((i + 12) % 24, (v // 24) % 24, 'blue')

@@ -9,13 +9,29 @@ from __future__ import annotations
 
 import math
 
-from bench.canvas.medium import CALL_UNITS, V1, VERTEX_UNITS, call_units
+from bench.canvas.medium import CALL_UNITS, V1, call_units
 
 
 def star_units(n: int) -> int:
     """Work units of one `poly` of the STAR program's n points (the same floats the program computes)."""
     pts = [(12 + 11 * math.sin(6.283 * i * 0.4999), 12 + 11 * math.cos(6.283 * i * 0.4999)) for i in range(n)]
     return call_units(V1.vocabulary["poly"], tuple(v for p in pts for v in p))
+
+
+def ring_units(n: int) -> int:
+    """Work units of one `poly` of the RING program's n points."""
+    pts = [(12 + 11 * math.sin(6.2832 * i / n), 12 + 11 * math.cos(6.2832 * i / n)) for i in range(n)]
+    return call_units(V1.vocabulary["poly"], tuple(v for p in pts for v in p))
+
+
+def poly_units(pts: list[tuple[float, float]]) -> int:
+    return call_units(V1.vocabulary["poly"], tuple(v for p in pts for v in p))
+
+
+TRIANGLE = [(0, 0), (24, 12), (0, 24)]
+BOWTIE = [(0, 0), (24, 24), (0, 24), (24, 0)]
+#: a tuple of a million elements reached through one (hashing or comparing it touches every one)
+BIG = "inner = tuple(range(1000))\nt = (inner,) * 1000\n"
 
 
 def zigzag_units(n: int) -> int:
@@ -35,8 +51,8 @@ def programs(max_ops: int) -> dict[str, str]:
     zig_n = max(n for n in range(8, 257, 8) if zigzag_units(n) <= max_ops // 2)
     zigs = max(1, (max_ops - 5000) // zigzag_units(zig_n))
     rects = max_ops // (CALL_UNITS + 40) - 50
-    ring_n = min(4096, max_ops // (4 * VERTEX_UNITS))
-    rings = max_ops // (CALL_UNITS + VERTEX_UNITS * ring_n) - 1
+    ring_n = max(n for n in (16, 64, 256, 1024, 4096) if ring_units(n) <= max_ops // 4)
+    rings = max(1, (max_ops - 200_000) // ring_units(ring_n))
     return {
         "empty loop": "while True:\n    pass",
         "int arithmetic": "i = 0\nwhile True:\n    i = (i * 7 + 3) % 1000003",
@@ -83,6 +99,15 @@ def programs(max_ops: int) -> dict[str, str]:
         "max of 2 long strings": "a = 'x' * 1000000\nb = 'x' * 1000000\nwhile True:\n    m = max(a, b)",
         "list in list of lists": "pts = [[i] for i in range(100000)]\nwhile True:\n    t = [-1] in pts",
         "self-referencing walk": "L = [0]\nL.append(L)\nwhile True:\n    x = L == L",
+        "set(iterator of big)": BIG + "while True:\n    s = set(reversed([t]))",
+        "{x for big x}": BIG + "while True:\n    s = {x for x in [t]}",
+        "dict.pop(big key)": BIG + "d = {0: 1}\nwhile True:\n    d.pop(t, None)",
+        "sorted by big keys": BIG + "while True:\n    b = sorted(range(50), key=lambda i: t)",
+        "list.sort(M) unbound": "M = list(range(200000))\nwhile True:\n    list.sort(M)",
+        "dict.update unbound": BIG + "d = {}\nwhile True:\n    dict.update(d, zip([t], [0]))",
+        "full triangles (ok)": f"for k in range({int(max_ops * 0.97) // poly_units(TRIANGLE)}):\n    poly({TRIANGLE}, 'red')",
+        "bow ties (ok)": f"for k in range({int(max_ops * 0.97) // poly_units(BOWTIE)}):\n    poly({BOWTIE}, 'red')",
+        "circles (ok)": f"for k in range(min(380, {max_ops // 3300})):\n    circle(12, 12, 11, 'red')",
         "rect calls (ok)": f"for k in range({rects}):\n    rect(k % 20, 0, 4, 4, 'red')",
         "circle calls": "while True:\n    circle(12, 12, 3, 'red')",
         "stars (ok)": STAR.format(n=star_n) + f"for k in range({stars}):\n    poly(pts, 'red')",
