@@ -377,7 +377,7 @@ def _no_charge(units: int) -> None:
 
 
 #: work units of one primitive call: parsing, rasterising, its shape and the checks on it (about 50 us)
-CALL_UNITS = 1_400
+CALL_UNITS = 1_200
 #: primitives whose call costs more or less than CALL_UNITS (measured per call, drawing and shape: a
 #: disc's 257-vertex shape about 130 us, a line 70 us, a fill 25 us)
 PRIMITIVE_UNITS = {"fill": 600, "line": 1_800, "circle": 3_200, "circle_outline": 3_200}

@@ -46,6 +46,11 @@ ELEMS_PER_UNIT = 8
 REPR_UNITS = 4
 #: units per element hashed (set(), dict(), set algebra): a hash and an insert, about 40 ns
 HASH_UNITS = 2
+#: units every call of one of the sandbox's Python-level wrappers pays for its own overhead (a builtin
+#: such as `map` or `filter` may call it from C, where no loop pass is charged): about 350 ns
+WRAPPER_UNITS = 8
+#: the same for an unbound method (`list.copy`, `str.lower` called on their type), about 1 us
+UNBOUND_UNITS = 25
 #: units per item a C builtin pulls from an unsized iterator (the metering generator's own cost)
 ITEM_UNITS = 3
 
@@ -297,6 +302,7 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
 
     def consume(fn: Callable[..., Any], deep: int = 0) -> Callable[..., Any]:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
+            meter.charge(WRAPPER_UNITS)
             if args:
                 args = (_metered_iter(meter, args[0], deep),) + args[1:]
             return fn(*args, **kwargs)
@@ -305,11 +311,13 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
         return wrapped
 
     def sorted_(iterable: Any, *, key: Any = None, reverse: bool = False) -> list[Any]:
+        meter.charge(WRAPPER_UNITS)
         items = list(_metered_iter(meter, iterable))
         return sort_list(meter, items, key, reverse)
 
     def minmax(fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
+            meter.charge(WRAPPER_UNITS)
             if len(args) == 1:  # compares every element
                 return fn(_metered_iter(meter, args[0], 1), **kwargs)
             meter.charge(sum(meter.size(a) for a in args))
@@ -319,6 +327,7 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
         return wrapped
 
     def sum_(iterable: Any, start: Any = 0) -> Any:
+        meter.charge(WRAPPER_UNITS)
         items = _metered_iter(meter, iterable)
         if type(start) in (int, float, bool):
             r = sum(items, start)
@@ -331,28 +340,33 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
         return acc
 
     def str_(*args: Any, **kwargs: Any) -> str:
+        meter.charge(WRAPPER_UNITS)
         if args:
             meter.rendered(args[0])
         return str(*args, **kwargs)
 
     def int_(*args: Any, **kwargs: Any) -> int:
+        meter.charge(WRAPPER_UNITS)
         if args and type(args[0]) is str:
             meter.charge(1 + (len(args[0]) // 20) ** 2 // 8)
         return _check_int(int(*args, **kwargs), "int()")
 
     def pow_(base: Any, exp: Any, mod: Any = None) -> Any:
+        meter.charge(WRAPPER_UNITS)
         if mod is None:
             return binop("Pow", base, exp)
         meter.charge(1 + _limbs(_int_bits(mod)) ** 2 * max(1, _int_bits(exp)) // 4)
         return pow(base, exp, mod)
 
     def round_(number: Any, ndigits: Any = None) -> Any:
+        meter.charge(WRAPPER_UNITS)
         # an int rounded to -n digits computes 10 ** n
         if type(ndigits) is int and abs(ndigits) > 1233:
             raise BudgetExceeded(f"round() to {ndigits} digits: an integer over {MAX_INT_BITS} bits")
         return round(number, ndigits)
 
     def divmod_(a: Any, b: Any) -> Any:
+        meter.charge(WRAPPER_UNITS)
         meter.charge(1 + _limbs(_int_bits(a)) * _limbs(_int_bits(b)) // 4)
         return divmod(a, b)
 
@@ -364,6 +378,7 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
         return tuple(unwrap(c) for c in cls) if type(cls) is tuple else real.get(id(cls), cls)
 
     def isinstance_(obj: Any, cls: Any) -> bool:
+        meter.charge(WRAPPER_UNITS + 4 + (len(cls) if type(cls) is tuple else 0))
         return isinstance(obj, unwrap(cls))
 
     table = {
@@ -397,6 +412,7 @@ def sort_list(meter: Meter, items: list[Any], key: Any, reverse: bool) -> list[A
     if key is None:
         sort_units(meter, items)
         return sorted(items, reverse=reverse)
+    meter.charge(3 * WRAPPER_UNITS + ITEM_UNITS * len(items))  # the key calls, made from here
     keys = [key(x) for x in items]
     sort_units(meter, keys)
     order = sorted(range(len(items)), key=keys.__getitem__, reverse=reverse)  # stable, as sorting the items
@@ -422,20 +438,24 @@ def attr_helper(meter: Meter, real: dict[int, type] | None = None) -> Callable[[
         if isinstance(obj, type):  # an unbound method, str.lower(s): the bound one of its first argument
 
             def unbound(self: Any, *args: Any, **kwargs: Any) -> Any:
+                meter.charge(UNBOUND_UNITS)
                 if not isinstance(self, obj):
                     raise TypeError(f"{obj.__name__}.{name}() needs a {obj.__name__}, not {type(self).__name__}")
                 return attr(self, name)(*args, **kwargs)
 
             return unbound
 
+        if name == "sort" and type(obj) is list:
+
+            def sort(*, key: Any = None, reverse: bool = False) -> None:
+                meter.charge(WRAPPER_UNITS + flat(obj))
+                obj[:] = sort_list(meter, list(obj), key, bool(reverse))
+
+            return sort
+
         def method(*args: Any, **kwargs: Any) -> Any:
-            if name == "sort":
-                if args:
-                    raise TypeError("sort() takes no positional arguments")
-                meter.charge(flat(obj))
-                obj[:] = sort_list(meter, list(obj), kwargs.get("key"), bool(kwargs.get("reverse", False)))
-                return None
-            elif name in ("pop", "insert"):  # O(n - i) on a list; O(1) at its end; a dict hashes the key
+            meter.charge(WRAPPER_UNITS)
+            if name in ("pop", "insert"):  # O(n - i) on a list; O(1) at its end; a dict hashes the key
                 if type(obj) is dict:
                     meter.charge(meter.size(args[0]) if args and isinstance(args[0], (tuple, frozenset)) else 1)
                 else:
@@ -479,6 +499,7 @@ def math_functions(meter: Meter, max_collection: int = 1_000_000) -> dict[str, C
         fn, bound = getattr(math, name), _MATH_INT_BOUNDS[name]
 
         def wrapped(*args: Any) -> Any:
+            meter.charge(WRAPPER_UNITS)
             if any(type(a) is int and a > bound for a in args):
                 raise BudgetExceeded(f"math.{name} of an argument over {bound}")
             meter.charge(1 + max((a for a in args if type(a) is int), default=0) ** 2 // 64)
@@ -488,6 +509,7 @@ def math_functions(meter: Meter, max_collection: int = 1_000_000) -> dict[str, C
         return wrapped
 
     def prod(iterable: Any, *, start: Any = 1) -> Any:
+        meter.charge(WRAPPER_UNITS)
         mul = binop_helper(meter, max_collection)
         acc = start
         for x in _metered_iter(meter, iterable):
@@ -498,7 +520,7 @@ def math_functions(meter: Meter, max_collection: int = 1_000_000) -> dict[str, C
         fn = getattr(math, name)
 
         def wrapped(*args: Any) -> Any:
-            meter.charge(1 + sum(_limbs(_int_bits(a)) ** 2 for a in args) // 8)
+            meter.charge(WRAPPER_UNITS + sum(_limbs(_int_bits(a)) ** 2 for a in args) // 8)
             return _check_int(fn(*args), f"math.{name}")
 
         wrapped.__name__ = name

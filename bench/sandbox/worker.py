@@ -43,7 +43,7 @@ from bench.canvas.medium import Limits, Medium  # noqa: E402
 from bench.sandbox import boundary  # noqa: E402
 from bench.sandbox.job import Job  # noqa: E402
 from bench.sandbox.kernel import Hardening, install, read_roots  # noqa: E402
-from bench.sandbox.runtime import CpuTimeout, ExecResult, cpu_limit, execute  # noqa: E402
+from bench.sandbox.runtime import PREPARE_CPU_FACTOR, CpuTimeout, ExecResult, cpu_limit, execute  # noqa: E402
 
 RECYCLE_SLACK_MB = 48  #: address space a worker may keep above its base before it is replaced
 LIFETIME_CPU_SECONDS = 3_600  #: hard RLIMIT_CPU over a worker's life (it is replaced before reaching it)
@@ -73,6 +73,7 @@ class _State:
         spent = _cpu_time()
         # at least ceil(cpu) + 1 s past the program's own limit, so the ITIMER decides whenever Python runs
         budget = (math.ceil(self.limits.cpu_seconds) + 1) * (2 if scoring else 1) + 1
+        budget += math.ceil(PREPARE_CPU_FACTOR * self.limits.cpu_seconds)  # preparing has a limit of its own
         soft = int(spent) + budget
         if self.hard_cpu != resource.RLIM_INFINITY:
             soft = min(soft, self.hard_cpu)

@@ -147,6 +147,8 @@ vals.append(sum(w) + acc)
 vals.append(int(isinstance(2.5, (int, (list, float)))) + len(sorted(['bb', 'a', 'ccc'], key=len)[2]))
 pts = [(3, 1), (1, 2), (2, 0)]
 pts.sort(key=lambda p: p[1], reverse=True)
+try_keys = [3, 1]
+list.sort(try_keys)
 vals.append(pts[0][0] * 10 + pts[2][0])
 u = {}
 dict.update(u, zip(['x', 'y'], [1, 2]))
@@ -155,6 +157,14 @@ for i, v in enumerate(vals):
     set_pixel(i % 24, v % 24, 'red')
     set_pixel((i + 12) % 24, (v // 24) % 24, 'blue')
 """
+
+
+def test_a_recursive_flood_fill_of_the_canvas_runs():
+    fill_ = ("fill('white')\nseen = set()\ndef flood(r, c):\n    if r < 0 or c < 0 or r > 23 or c > 23 or (r, c) in seen:\n"
+             "        return\n    seen.add((r, c))\n    set_pixel(r, c, 'red')\n    for dr, dc in ((0, 1), (1, 0), (0, -1), (-1, 0)):\n"
+             "        flood(r + dr, c + dc)\nflood(0, 0)")
+    r = execute(fill_)  # 576 frames deep at most: `budget: recursion too deep` when 250 were allowed
+    assert r.outcome == "ok" and (r.pixels == r.pixels[0, 0]).all(), r.reason
 
 
 def test_metering_never_changes_what_a_program_computes():
@@ -181,7 +191,7 @@ def test_sort_is_charged_n_log_n_compares_of_the_elements_size():
     m = meters.Meter(10**9)
     sorted_ = meters.builtins_table(m, 10**6)["sorted"]
     sorted_(list(range(1024)))
-    assert m.units == 1 + 1024 // meters.ELEMS_PER_UNIT + (1 + 1024) * int(math.log2(1024)) // 2
+    assert m.units == meters.WRAPPER_UNITS + 1 + 1024 // meters.ELEMS_PER_UNIT + (1 + 1024) * int(math.log2(1024)) // 2
     long = meters.Meter(10**9)
     meters.builtins_table(long, 10**6)["sorted"](["a" * 6400] * 1024)  # a compare of long strings costs their length
     assert long.units > 50 * m.units
