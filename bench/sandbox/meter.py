@@ -61,7 +61,6 @@ _VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 _SIZED = (*_CONTAINERS, str, range, *_VIEWS)
 #: units of visiting one nested container in the walk of `Meter.size` (its own cost, about 300 ns)
 WALK_UNITS = 8
-_SEQUENCES = (list, tuple, str, range)
 
 
 class Meter:
@@ -79,7 +78,8 @@ class Meter:
             raise BudgetExceeded(f"more than {self.cap} work units (operations and the elements they touch)")
 
     def tick(self, n: int = 1) -> bool:
-        """What instrumented code calls per loop pass / call / comprehension item; returns True."""
+        """What instrumented code calls per loop pass / call / comprehension item; returns True (`charge`
+        spelled out again: this is the hottest call of a program, one call level matters)."""
         self.units += n
         if self.units > self.cap:
             raise BudgetExceeded(f"more than {self.cap} work units (operations and the elements they touch)")

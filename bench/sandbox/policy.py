@@ -149,7 +149,7 @@ def _static_spec(spec: ast.AST) -> bool:
 _NOT_COUNTED = (ast.expr_context, ast.operator, ast.cmpop, ast.boolop, ast.unaryop)
 #: nodes that cost a Python-level call (a helper of the meter, or the program's own call): units each
 _CALL_NODES = (ast.Call, ast.BinOp, ast.Compare, ast.AugAssign, ast.FormattedValue, ast.Subscript)
-CALL_UNITS = 4
+CALL_NODE_UNITS = 4
 #: an `if` body or `else` of at least this many units is charged when it runs, not with its loop pass
 BRANCH_UNITS = 12
 
@@ -162,7 +162,7 @@ def _weight(nodes: list[ast.AST]) -> int:
         n = stack.pop()
         if isinstance(n, _NOT_COUNTED):
             continue
-        count += CALL_UNITS if isinstance(n, _CALL_NODES) else 1
+        count += CALL_NODE_UNITS if isinstance(n, _CALL_NODES) else 1
         if isinstance(n, (ast.FunctionDef, ast.Lambda)):
             stack.extend(n.args.defaults)
             stack.extend(d for d in n.args.kw_defaults if d is not None)

@@ -203,7 +203,6 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
             # the shapes are the program's cost too (an even-odd polygon of 4,096 crossing vertices is
             # expensive): computed under the same CPU limit, then bounded before anything leaves
             geoms = shapes_within_bound(medium, canvas.calls, limits)
-            check_geometry(canvas.calls, geoms, limits, medium)
     except CpuTimeout:
         outcome, reason = "timeout", f"over {limits.cpu_seconds:g} s of CPU"
     except BudgetExceeded as e:
@@ -227,8 +226,9 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
 
 
 def shapes_within_bound(medium: Medium, calls: list[Call], limits: Limits) -> list[Any]:
-    """The calls' shapes, stopping (BudgetExceeded) as soon as their coordinates pass the bound, so a
-    program of 8,000 discs is refused after the first 390, not after computing all of them."""
+    """The calls' shapes, stopping (BudgetExceeded) as soon as their coordinates pass
+    `limits.max_total_vertices`, so a program of 8,000 discs is refused after the first 390, not after
+    computing all of them (the polygons' own points are bounded as they are drawn, in Canvas)."""
     geoms, carried = [], 0
     for c in calls:
         g = shape_of(medium, c)
@@ -237,19 +237,6 @@ def shapes_within_bound(medium: Medium, calls: list[Call], limits: Limits) -> li
             raise BudgetExceeded(f"shapes of over {carried} vertices in all exceed {limits.max_total_vertices}")
         geoms.append(g)
     return geoms
-
-
-def check_geometry(calls: list[Call], geoms: list[Any], limits: Limits, medium: Medium) -> None:
-    """Raise BudgetExceeded when a result would carry more vertices than `limits.max_total_vertices`
-    (polygon points as given, and the coordinates of the shapes as computed)."""
-    given = sum(len(c.params) // 2 for c in calls if medium.vocabulary[c.kind].takes_points)
-    if given > limits.max_total_vertices:
-        raise BudgetExceeded(f"{given} polygon vertices in all exceed {limits.max_total_vertices}")
-    if geoms:
-        carried = int(shapely.get_num_coordinates(np.array(geoms, dtype=object)).sum())
-        if carried > limits.max_total_vertices:
-            raise BudgetExceeded(f"shapes of {carried} vertices in all exceed {limits.max_total_vertices}")
-
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, QuantizeOpt, RunOpt, SeedOpt, TaskOpt,
-                                    TrustOpt, app, fail, run_writer, runtime)
+                                    TrustOpt, app, f3, fail, run_writer, runtime)
 
 
 @app.command()
@@ -36,9 +36,6 @@ def probe(
             rows = probe_stage(rd, models, s, progress=lambda msg: typer.echo(msg, err=True))
         except ProbeError as e:
             fail(str(e))
-
-    def f3(v: Optional[float]) -> str:
-        return "n/a" if v is None else f"{v:.3f}"
 
     for r in rows:
         if r.get("features") == "delta":
@@ -74,16 +71,13 @@ def selectivity(
         except ProbeError as e:
             fail(str(e))
 
-    def f3(v: Optional[float]) -> str:
-        return "n/a" if v is None else f"{v:+.3f}"
-
     for r in rows:
         if r["kind"] == "gap":
-            typer.echo(f"{r['task']} {r['position']:<8} {r['model']}: own {f3(r['own_r2'])}, others {f3(r['others_mean_r2'])}, "
-                       f"gap {f3(r['gap'])} [{f3(r['ci'][0])}, {f3(r['ci'][1])}]{' (own best)' if r['own_best'] else ''}")
+            typer.echo(f"{r['task']} {r['position']:<8} {r['model']}: own {f3(r['own_r2'], True)}, others {f3(r['others_mean_r2'], True)}, "
+                       f"gap {f3(r['gap'], True)} [{f3(r['ci'][0], True)}, {f3(r['ci'][1], True)}]{' (own best)' if r['own_best'] else ''}")
         elif r["kind"] == "mean_gap":
-            typer.echo(f"{r['task']} {r['position']:<8} mean own-minus-others gap over {r['n_models']} models: {f3(r['gap'])} "
-                       f"[{f3(r['ci'][0])}, {f3(r['ci'][1])}] (paper: +0.015)")
+            typer.echo(f"{r['task']} {r['position']:<8} mean own-minus-others gap over {r['n_models']} models: {f3(r['gap'], True)} "
+                       f"[{f3(r['ci'][0], True)}, {f3(r['ci'][1], True)}] (paper: +0.015)")
         elif r["kind"] == "skipped":
             typer.echo(json.dumps(r))
     typer.echo(f"wrote {run / RunDir.SELECTIVITY} ({len(rows)} rows)")
@@ -124,9 +118,6 @@ def attention(
             if counts["errors"] == counts["attempts"]:
                 fail(counts["error"])
         table = summarise_attention(rd, n_boot, seed)
-
-    def f3(v: Optional[float]) -> str:
-        return "n/a" if v is None else f"{v:.3f}"
 
     for t in table:
         if t["model"] != model:
@@ -283,8 +274,8 @@ def trajectory(
     typer.echo(f"attempts: {json.dumps(out['counts'])}")
     for r in out["rows"]:
         if r.get("probe"):
-            f = lambda v: "n/a" if v is None else f"{v:+.3f}"  # noqa: E731 - undefined for a constant target
-            typer.echo(f"boundary {r['boundary']} (n {r['n']}) {r['probe']:<12} R^2 {f(r['r2'])} [{f(r['ci'][0])}, {f(r['ci'][1])}]")
+            typer.echo(f"boundary {r['boundary']} (n {r['n']}) {r['probe']:<12} R^2 {f3(r['r2'], True)} "
+                       f"[{f3(r['ci'][0], True)}, {f3(r['ci'][1], True)}]")
         elif "skipped" in r:
             typer.echo(f"boundary {r['boundary']}: skipped, {r['skipped']}")
     typer.echo(f"{model}: {verdict(out['rows'])}")

@@ -47,6 +47,11 @@ DeviceMapOpt = Annotated[Optional[str], typer.Option("--device-map",
 QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="8bit or 4bit weights through bitsandbytes (GPU).")]
 
 
+def f3(v: Optional[float], signed: bool = False) -> str:
+    """A statistic for the terminal: three decimals (with its sign when `signed`), "n/a" when missing."""
+    return "n/a" if v is None else (f"{v:+.3f}" if signed else f"{v:.3f}")
+
+
 def fail(message: str, code: int = 2) -> None:
     """Print a one-sentence usage error and exit non-zero."""
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)

@@ -25,6 +25,7 @@ import numpy as np
 
 from bench.intervene.splice import statements
 from experiments.rundir import DEFAULT_MEDIUM, AttemptKey, RunDir, answer_text, content_hash, reading, writing
+from experiments.stages.probe import json_number
 from experiments.stages.render import read_renders, render_stage, row_key
 from interp.attention import SPATIAL_WORDS, SPATIAL_WORDS_VERSION, focus_from_mass, spatial_spans
 
@@ -168,8 +169,8 @@ def attempt_focus(rt: Any, built: Any, row: dict[str, Any], words: tuple[str, ..
     mass = rt.attention_mass(list(built.tokens) + ids, queries, [positions, list(range(n))], layers).numpy()
     f = focus_from_mass(mass, [[at[q] for q in qs] for qs in per_stmt])
     return {**base, "status": "ok", "n_statements": len(per_stmt), "n_query_tokens": f.n_queries,
-            "focus": _num(f.focus), "focus_by_layer": [_num(v) for v in f.by_layer],
-            "share_by_layer": [_num(v) for v in f.share_by_layer]}
+            "focus": json_number(f.focus), "focus_by_layer": [json_number(v) for v in f.by_layer],
+            "share_by_layer": [json_number(v) for v in f.share_by_layer]}
 
 
 def statement_queries(tokenizer: Any, row: dict[str, Any], n_prompt: int) -> tuple[list[int], list[list[int]]]:
@@ -188,10 +189,6 @@ def statement_queries(tokenizer: Any, row: dict[str, Any], n_prompt: int) -> tup
         a, b = st.start - plen, st.end - plen
         per_stmt.append([n_prompt + i for i, (x, y) in enumerate(offsets) if y > x and x < b and y > a])
     return ids, per_stmt
-
-
-def _num(v: float) -> float | None:
-    return None if not np.isfinite(v) else round(float(v), 6)
 
 
 # --------------------------------------------------------------------------- the table
@@ -230,8 +227,8 @@ def attention_table(run: Any, n_boot: int = 2000, seed: int = 0) -> list[dict[st
             with np.errstate(invalid="ignore"):
                 counts = np.isfinite(prof).sum(axis=0)
                 profile = np.where(counts > 0, np.nansum(prof, axis=0) / np.maximum(counts, 1), np.nan)
-            row.update(mean=_num(f.mean()), median=_num(np.median(f)), q1=_num(np.quantile(f, 0.25)), q3=_num(np.quantile(f, 0.75)),
-                       ci=[_num(lo), _num(hi)], layers=layers, profile=[_num(v) for v in profile],
+            row.update(mean=json_number(f.mean()), median=json_number(np.median(f)), q1=json_number(np.quantile(f, 0.25)), q3=json_number(np.quantile(f, 0.75)),
+                       ci=[json_number(lo), json_number(hi)], layers=layers, profile=[json_number(v) for v in profile],
                        peak_layer=int(layers[int(np.nanargmax(profile))]) if np.isfinite(profile).any() else None)
         out.append(row)
     return out

@@ -167,16 +167,18 @@ def _shared_halves(covered: list[str], own: dict[str, dict[str, Any]], targets: 
     return (own_a, sh_a), (own_b, sh_b)
 
 
-def _num(v: float) -> float | None:
-    return None if v != v else round(float(v), 6)
+def json_number(v: float) -> float | None:
+    """A statistic as stored in a row: rounded to 6 places, None when not finite."""
+    return None if not np.isfinite(v) else round(float(v), 6)
 
 
-def _ci(stats: np.ndarray) -> list[float | None]:
+def percentile_ci(stats: np.ndarray) -> list[float | None]:
+    """The 95% percentile interval of the finite bootstrap statistics, as stored in a row."""
     finite = stats[np.isfinite(stats)]
     if not finite.size:
         return [None, None]
     lo, hi = np.quantile(finite, [0.025, 0.975])
-    return [_num(lo), _num(hi)]
+    return [json_number(lo), json_number(hi)]
 
 
 def _texts(run: Any, task: str, ids: list[str]) -> list[str]:
@@ -291,37 +293,37 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
         if t.half_a is not None and t.name in headline:
             c = split_half_ceiling(t.half_a, t.half_b)
             rows.append({**tb, "kind": "ceiling", "n_prompts": int(t.half_a.shape[0]),
-                         **{k: _num(v) for k, v in c.items()}})
+                         **{k: json_number(v) for k, v in c.items()}})
         text = sw["text"].layer(t.y, 0)
         text_boot = bootstrap_r2(t.y, text.pred, w)
-        rows.append({**tb, "features": "text", "layer": None, "position": "-", "r2": _num(text.r2),
-                     "ci": _ci(text_boot), "chosen": text.chosen})
+        rows.append({**tb, "features": "text", "layer": None, "position": "-", "r2": json_number(text.r2),
+                     "ci": percentile_ci(text_boot), "chosen": text.chosen})
         for pos, lsweep in sw["pos"].items():
             say(f"{name} {task}: {t.name} target, position {pos}, {lsweep.n_layers} layers")
             for layer in range(lsweep.n_layers):
                 res = lsweep.layer(t.y, layer)
-                row = {**tb, "features": "resid", "layer": layer, "position": pos, "r2": _num(res.r2),
-                       "ci": _ci(bootstrap_r2(t.y, res.pred, w)), "chosen": res.chosen}
+                row = {**tb, "features": "resid", "layer": layer, "position": pos, "r2": json_number(res.r2),
+                       "ci": percentile_ci(bootstrap_r2(t.y, res.pred, w)), "chosen": res.chosen}
                 if t.name == "own" and s.n_perm_layers and np.isfinite(res.r2):
                     perms = permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"))
                     null = lsweep.permuted_r2(t.y, perms, layers=[layer])
-                    row.update(p_perm=perm_p(null, res.r2), null_mean=_num(float(np.nanmean(null))), n_perm=s.n_perm_layers)
+                    row.update(p_perm=perm_p(null, res.r2), null_mean=json_number(float(np.nanmean(null))), n_perm=s.n_perm_layers)
                 rows.append(row)
             best = lsweep.best(t.y)
             best_boot = bootstrap_r2(t.y, best.pred, w)
-            rows.append({**tb, "features": "resid", "layer": "best", "position": pos, "r2": _num(best.r2),
-                         "ci": _ci(best_boot), "chosen": best.chosen})
+            rows.append({**tb, "features": "resid", "layer": "best", "position": pos, "r2": json_number(best.r2),
+                         "ci": percentile_ci(best_boot), "chosen": best.chosen})
             if t.name not in headline:
                 continue
             delta = best.r2 - text.r2
-            drow = {**tb, "features": "delta", "layer": "best", "position": pos, "delta_r2": _num(delta),
-                    "r2_resid": _num(best.r2), "r2_text": _num(text.r2), "delta_ci": _ci(best_boot - text_boot),
+            drow = {**tb, "features": "delta", "layer": "best", "position": pos, "delta_r2": json_number(delta),
+                    "r2_resid": json_number(best.r2), "r2_text": json_number(text.r2), "delta_ci": percentile_ci(best_boot - text_boot),
                     "n_perm": s.n_perm, "p_perm": None, "chosen_layers": [c["layer"] for c in best.chosen]}
             if s.n_perm and np.isfinite(delta):
                 pseed = derive_seed(s.seed, name, task, t.name, pos, "delta-perm")
                 perms = permutations(len(t.ids), s.n_perm, pseed)
                 null = lsweep.permuted_r2(t.y, perms) - sw["text"].permuted_r2(t.y, perms)
-                drow.update(p_perm=perm_p(null, delta), null_mean=_num(float(np.nanmean(null))), perm_seed=pseed)
+                drow.update(p_perm=perm_p(null, delta), null_mean=json_number(float(np.nanmean(null))), perm_seed=pseed)
             rows.append(drow)
     return rows
 

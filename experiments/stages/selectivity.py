@@ -37,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 from experiments.rundir import RunDir, derive_seed, writing
-from experiments.stages.probe import ProbeSettings, consensus, open_stores, target_sets
+from experiments.stages.probe import ProbeSettings, consensus, json_number, open_stores, percentile_ci, target_sets
 from experiments.stages.render import read_renders, render_stage
 from interp.probes import Grid, LayerSweep, bootstrap_counts, weighted_r2
 
@@ -65,18 +65,6 @@ class SelectivitySettings:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _num(v: float) -> float | None:
-    return None if not np.isfinite(v) else round(float(v), 6)
-
-
-def _ci(stats: np.ndarray) -> list[float | None]:
-    finite = stats[np.isfinite(stats)]
-    if not finite.size:
-        return [None, None]
-    lo, hi = np.quantile(finite, [0.025, 0.975])
-    return [_num(lo), _num(hi)]
 
 
 def _nanmean(arrays: list[np.ndarray]) -> np.ndarray:
@@ -165,8 +153,8 @@ def _tables(task: str, pos: str, cells: dict[tuple[str, str], dict[str, Any]], s
     w = bootstrap_counts(len(union), s.n_boot, seed)
     base = {"task": task, "position": pos, "n_boot": s.n_boot, "boot_seed": seed}
     boot = {k: weighted_r2(c["y"], c["pred"], w[:, [at[p] for p in c["ids"]]]) for k, c in cells.items()}
-    rows = [{**base, "kind": "cell", "model": m, "target": t, "own": m == t, "n_prompts": len(c["ids"]), "r2": _num(c["r2"]),
-             "ci": _ci(boot[(m, t)]), "chosen_layers": c["layers"]} for (m, t), c in sorted(cells.items())]
+    rows = [{**base, "kind": "cell", "model": m, "target": t, "own": m == t, "n_prompts": len(c["ids"]), "r2": json_number(c["r2"]),
+             "ci": percentile_ci(boot[(m, t)]), "chosen_layers": c["layers"]} for (m, t), c in sorted(cells.items())]
     gaps, gap_boot = [], []
     for m in sorted({m for m, _ in cells}):
         others = sorted(t for mm, t in cells if mm == m and t != m)
@@ -177,13 +165,13 @@ def _tables(task: str, pos: str, cells: dict[tuple[str, str], dict[str, Any]], s
         b = boot[(m, m)] - _nanmean([boot[(m, t)] for t in others])
         gaps.append(gap)
         gap_boot.append(b)
-        rows.append({**base, "kind": "gap", "model": m, "others": others, "own_r2": _num(cells[(m, m)]["r2"]),
-                     "others_mean_r2": _num(float(np.mean(other_r2))), "gap": _num(gap), "ci": _ci(b),
+        rows.append({**base, "kind": "gap", "model": m, "others": others, "own_r2": json_number(cells[(m, m)]["r2"]),
+                     "others_mean_r2": json_number(float(np.mean(other_r2))), "gap": json_number(gap), "ci": percentile_ci(b),
                      "own_best": bool(cells[(m, m)]["r2"] > max(other_r2))})
     if gaps:
         mb = _nanmean(gap_boot)
         rows.append({**base, "kind": "mean_gap", "models": sorted({m for m, _ in cells}), "n_models": len(gaps),
-                     "n_prompts": len(union), "gap": _num(float(np.mean(gaps))), "ci": _ci(mb),
+                     "n_prompts": len(union), "gap": json_number(float(np.mean(gaps))), "ci": percentile_ci(mb),
                      "own_best": sum(r["own_best"] for r in rows if r["kind"] == "gap")})
     return rows
 

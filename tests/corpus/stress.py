@@ -7,37 +7,26 @@ by perf/bench_meter.py (the CPU each uses at the full budget, which must stay fa
 
 from __future__ import annotations
 
-import math
-
 from bench.canvas.medium import CALL_UNITS, V1, call_units
 
 
-def star_units(n: int) -> int:
-    """Work units of one `poly` of the STAR program's n points (the same floats the program computes)."""
-    pts = [(12 + 11 * math.sin(6.283 * i * 0.4999), 12 + 11 * math.cos(6.283 * i * 0.4999)) for i in range(n)]
-    return call_units(V1.vocabulary["poly"], tuple(v for p in pts for v in p))
-
-
-def ring_units(n: int) -> int:
-    """Work units of one `poly` of the RING program's n points."""
-    pts = [(12 + 11 * math.sin(6.2832 * i / n), 12 + 11 * math.cos(6.2832 * i / n)) for i in range(n)]
-    return call_units(V1.vocabulary["poly"], tuple(v for p in pts for v in p))
-
-
 def poly_units(pts: list[tuple[float, float]]) -> int:
+    """Work units of one `poly` of these points."""
     return call_units(V1.vocabulary["poly"], tuple(v for p in pts for v in p))
+
+
+def template_units(template: str, n: int) -> int:
+    """Work units of one `poly(pts)` after a STAR / RING / ZIGZAG line: the points computed by running that
+    same line in plain Python (the same floats the program computes)."""
+    ns: dict = {}
+    exec(template.format(n=n), ns)  # noqa: S102 - our own template
+    return poly_units(ns["pts"])
 
 
 TRIANGLE = [(0, 0), (24, 12), (0, 24)]
 BOWTIE = [(0, 0), (24, 24), (0, 24), (24, 0)]
 #: a tuple of a million elements reached through one (hashing or comparing it touches every one)
 BIG = "inner = tuple(range(1000))\nt = (inner,) * 1000\n"
-
-
-def zigzag_units(n: int) -> int:
-    """Work units of one `poly` of the ZIGZAG program's n points."""
-    pts = [((i % 2) * 23.5, i * 24 / n) for i in range(n)]
-    return call_units(V1.vocabulary["poly"], tuple(v for p in pts for v in p))
 
 STAR = "import math\npts = [(12 + 11 * math.sin(6.283 * i * 0.4999), 12 + 11 * math.cos(6.283 * i * 0.4999)) for i in range({n})]\n"
 ZIGZAG = "pts = [((i % 2) * 23.5, i * 24 / {n}) for i in range({n})]\n"
@@ -46,13 +35,13 @@ RING = "import math\npts = [(12 + 11 * math.sin(6.2832 * i / {n}), 12 + 11 * mat
 
 def programs(max_ops: int) -> dict[str, str]:
     """Name -> program; those named "(ok)" end just under `max_ops`, every other one runs past it."""
-    star_n = max(n for n in range(5, 41) if star_units(n) <= max_ops // 4)
-    stars = max(1, max_ops // star_units(star_n) - 1)
-    zig_n = max(n for n in range(8, 257, 8) if zigzag_units(n) <= max_ops // 2)
-    zigs = max(1, (max_ops - 5000) // zigzag_units(zig_n))
+    star_n = max(n for n in range(5, 41) if template_units(STAR, n) <= max_ops // 4)
+    stars = max(1, max_ops // template_units(STAR, star_n) - 1)
+    zig_n = max(n for n in range(8, 257, 8) if template_units(ZIGZAG, n) <= max_ops // 2)
+    zigs = max(1, (max_ops - 5000) // template_units(ZIGZAG, zig_n))
     rects = max_ops // (CALL_UNITS + 40) - 50
-    ring_n = max(n for n in (16, 64, 256, 1024, 4096) if ring_units(n) <= max_ops // 4)
-    rings = max(1, (max_ops - 200_000) // ring_units(ring_n))
+    ring_n = max(n for n in (16, 64, 256, 1024, 4096) if template_units(RING, n) <= max_ops // 4)
+    rings = max(1, (max_ops - 200_000) // template_units(RING, ring_n))
     return {
         "empty loop": "while True:\n    pass",
         "int arithmetic": "i = 0\nwhile True:\n    i = (i * 7 + 3) % 1000003",
