@@ -42,9 +42,14 @@ def part_config(preset: str, name: str, overrides: dict[str, Any] | None = None)
     return StudyConfig.from_dict({**c.as_dict(), "preset": f"{preset}/{name}"})
 
 
-def run_parts(preset: str, out: Path, overrides: dict[str, Any], say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every part of `preset` as a study in `out/<part>` (each resumable), then the known-answer table."""
+def run_parts(preset: str, out: Path, overrides: dict[str, Any], say: Callable[[str], None] = print,
+              clock: Any = None) -> dict[str, Any]:
+    """Every part of `preset` as a study in `out/<part>` (each resumable), then the known-answer table; `clock`
+    (a StageTimes) collects each part's stage times, named `<part>/<stage>`."""
     from experiments.study import run_study
+    from experiments.study.timing import StageTimes
+
+    clock = clock if clock is not None else StageTimes()
 
     parts = parts_of(preset)
     if parts is None:
@@ -55,7 +60,9 @@ def run_parts(preset: str, out: Path, overrides: dict[str, Any], say: Callable[[
     for name in parts:
         c = part_config(preset, name, overrides)
         say(f"[{preset}] part {name}: {', '.join(c.models)}")
-        summary[name] = run_study(c, Path(out) / name, None, say)
+        clock.prefix = f"{name}/"
+        summary[name] = run_study(c, Path(out) / name, None, say, clock)
+    clock.prefix = ""
     rows = known_answers(out)
     summary["known_answers"] = [{k: r[k] for k in ("organism", "method", "recovered")} for r in rows]
     return summary

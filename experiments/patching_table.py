@@ -26,6 +26,7 @@ def plot_patching(rd: RunDir, rows: list[dict[str, Any]], task: str = "layout") 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     table = [r for r in patching_table(rows) if r["task"] == task]
     if not table:
@@ -34,6 +35,7 @@ def plot_patching(rd: RunDir, rows: list[dict[str, Any]], task: str = "layout") 
     for model, direction in sorted({(r["model"], r["direction"]) for r in table}):
         sel = [r for r in table if (r["model"], r["direction"]) == (model, direction)]
         ax.plot([r["layer"] for r in sel], [r["rate"] for r in sel], marker="o", label=f"{model} {direction}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers: no 0.5 ticks
     ax.set_xlabel("patched layer (resid_pre)")
     ax.set_ylabel("continued drawing")
     ax.set_ylim(-0.05, 1.05)

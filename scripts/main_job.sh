@@ -12,11 +12,28 @@
 #     triviality, the residual stream at every layer, probes with controls, the four intervention
 #     arms, activation patching, and report/index.html
 #  Every stage resumes: rerunning the command continues where a killed run stopped.
+#  At the end it prints the time of each step and of each stage of the two studies (wall and CPU
+#  seconds, with the load average), also kept in OUT/timings.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/quick}"
 AMB=.venv/bin/ambench
 mkdir -p "$OUT/renders"
+TIMES="$OUT/timings.jsonl"
+: > "$TIMES"
+child_cpu() {  # CPU seconds of every child process that has ended (bash's `times`, second line)
+  times | awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.2f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'
+}
+minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
+step() {  # step NAME COMMAND...: run it and append its wall and CPU seconds and the load at its start
+  local name="$1" w0 c0 l0
+  shift
+  w0=$(date +%s.%N); c0=$(child_cpu); l0=$(cut -d' ' -f1 /proc/loadavg)
+  "$@"
+  printf '{"step": "%s", "stage": "(whole step)", "wall_s": %.2f, "cpu_s": %.2f, "load": %s}\n' "$name" \
+    "$(minus "$(date +%s.%N)" "$w0")" "$(minus "$(child_cpu)" "$c0")" "$l0" >> "$TIMES"
+}
+sandbox() {
 .venv/bin/python - "$OUT" <<'PY'
 import json, sys
 from pathlib import Path
@@ -39,6 +56,8 @@ summary = {"benign_rendered": ok, "benign_total": len(benign), "hostile_right_ou
 (out / "sandbox_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 print(f"[1/4] sandbox: benign corpus {ok}/{len(benign)} rendered to {out}/renders; hostile corpus {right}/{len(hostile)} got the expected outcome")
 PY
+}
+translation() {
 $AMB translation refs --set all --out "$OUT/translation_refs.jsonl" >/dev/null
 .venv/bin/python - "$OUT" <<'PY'
 import json, sys
@@ -52,10 +71,25 @@ rm -f "$OUT/translation_oracle_scores.jsonl"
 echo "[2/4] translation: scoring the canonical transcriptions of all references through the sandbox"
 $AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$OUT/translation_oracle_attempts.jsonl" --out "$OUT/translation_oracle_scores.jsonl"
 $AMB translation baseline --draws 20 --seed 0 | tee "$OUT/translation_null.txt"
+}
+step sandbox sandbox
+step translation translation
 echo "[3/4] the study on the model organisms: ambench run --preset organisms --out $OUT/organisms"
-$AMB run --preset organisms --out "$OUT/organisms" >/dev/null
+step organisms $AMB run --preset organisms --out "$OUT/organisms" --timings "$TIMES" >/dev/null
 cat "$OUT/organisms/known_answers.md"
 echo "[4/4] the study on the embedded model: ambench run --preset quick --out $OUT/study"
-$AMB run --preset quick --out "$OUT/study" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
+step quick $AMB run --preset quick --out "$OUT/study" --timings "$TIMES" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
+echo "time per step and stage (wall and CPU seconds; load = 1-minute load average at the start):"
+.venv/bin/python - "$TIMES" <<'PY'
+import json, sys
+from experiments.study.timing import format_table
+rows = [json.loads(line) for line in open(sys.argv[1])]
+steps = [r for r in rows if r["stage"] == "(whole step)"]
+table = []
+for s in steps:
+    table.append({**s, "stage": f"[{s['step']}]"})
+    table += [{**r, "stage": "  " + r["stage"]} for r in rows if r["step"] == s["step"] and r["stage"] != "(whole step)"]
+print(format_table(table, total=steps))  # the stages are inside their steps: the total is the steps'
+PY
 echo "report: $OUT/study/report/index.html"
 echo "done: results in $OUT"

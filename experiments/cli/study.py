@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -55,11 +55,15 @@ def run_cmd(
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only this shard's work units (for batch schedulers)."),
     backend: str = typer.Option("local", "--backend", help="local, or ray (every model stage as sharded Ray tasks)."),
     shards: int = typer.Option(2, "--shards", min=1, help="Ray backend: number of shard tasks."),
+    timings: Optional[Path] = typer.Option(None, "--timings", help="Append each stage's wall and CPU seconds to this file "
+                                           "(JSON lines; the table is printed at the end either way)."),
 ) -> None:
     """The whole study as one resumable command: generate, score, capture, probe, intervene, report."""
     from experiments.organisms import parts_of, run_parts
     from experiments.study import StudyConfig, parse_shard, run_ray, run_study
+    from experiments.study.timing import StageTimes
 
+    clock = StageTimes()
     if backend not in ("local", "ray"):
         fail("--backend must be local or ray")
     files = tuple(str(p) for p in prompt_files) if prompt_files else None
@@ -73,9 +77,10 @@ def run_cmd(
             fail(f"preset {preset} names its own prompt files per part; drop --prompts, --references and the prompt counts")
         with boundary():
             try:
-                summary = run_parts(preset, out, overrides, say=lambda m: typer.echo(m, err=True))
+                summary = run_parts(preset, out, overrides, say=lambda m: typer.echo(m, err=True), clock=clock)
             except ValueError as e:
                 fail(str(e))
+        _report_times(clock, timings, preset)
         typer.echo(json.dumps(summary, indent=1, sort_keys=True))
         return
     if backend == "ray" and shard:
@@ -102,8 +107,17 @@ def run_cmd(
                 fail("the ray backend needs Ray: pip install 'ray>=2.9' (or .[ray])")
             summary = run_ray(c, out, shards, say)
         else:
-            summary = run_study(c, out, sh, say=say)
+            summary = run_study(c, out, sh, say=say, clock=clock)
+    _report_times(clock, timings, preset)
     typer.echo(json.dumps(summary, indent=1, sort_keys=True))
+
+
+def _report_times(clock: Any, timings: Optional[Path], step: str) -> None:
+    """The stages' wall and CPU seconds on stderr, and appended to `timings` when given."""
+    if clock.rows:
+        typer.echo("time per stage (CPU counts this process and the sandbox workers):\n" + clock.table(), err=True)
+    if timings is not None:
+        clock.append_to(timings, step)
 
 
 @app.command()

@@ -349,6 +349,7 @@ def plot_probes(rd: RunDir, rows: list[dict[str, Any]]) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out = []
     for model, task in sorted({(r["model"], r["task"]) for r in rows if "task" in r}):
@@ -378,6 +379,7 @@ def plot_probes(rd: RunDir, rows: list[dict[str, Any]]) -> list[Path]:
                         and r["target"] == t]
                 if ceil and ceil[0]["ceiling"] is not None:
                     ax.axhline(ceil[0]["ceiling"], ls=":", color="black", label=f"split-half ceiling ({t})")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers: no 0.5 ticks
             ax.axhline(0, color="black", lw=0.5)
             final = next((r.get("final_site", "pre-norm") for r in rows if r.get("kind") == "targets" and r["model"] == model), "pre-norm")
             ax.set_xlabel("layer L = input of block L (0 = embeddings); last = final residual, "

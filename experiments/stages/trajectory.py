@@ -221,6 +221,7 @@ def _plot(rd: RunDir, model: str, task: str, rows: list[dict[str, Any]]) -> None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     pts = [r for r in rows if r.get("kind") == "boundary" and "probe" in r]
     if not pts:
@@ -234,6 +235,7 @@ def _plot(rd: RunDir, model: str, task: str, rows: list[dict[str, Any]]) -> None
         v = lambda x: np.nan if x is None else x  # noqa: E731 - undefined R^2 (constant target) is a gap
         ax.plot(ks, [v(r["r2"]) for r in sel], marker="o", color=colour, label=label, ls="--" if name == "state" else "-")
         ax.fill_between(ks, [v(r["ci"][0]) for r in sel], [v(r["ci"][1]) for r in sel], color=colour, alpha=0.15)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers: no 0.5 ticks
     ax.axhline(0, color="black", lw=0.5)
     ax.set_xlabel("statement boundary (0 = last prompt token; k = after statement k)")
     ax.set_ylabel("probe R^2 (best layer inside the folds)")

@@ -12,6 +12,7 @@ from experiments.rundir import RunDir, writing
 from experiments.study.checks import check_dino, check_models
 from experiments.study.config import StudyConfig, expected_attempts, generation_order, prompt_sets, versions
 from experiments.study.finish import finish
+from experiments.study.timing import StageTimes
 
 
 def _bar(total: int | None, desc: str, unit: str) -> Any:
@@ -22,7 +23,9 @@ def _bar(total: int | None, desc: str, unit: str) -> Any:
 
 
 def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None = None,
-              say: Callable[[str], None] = print) -> dict[str, Any]:
+              say: Callable[[str], None] = print, clock: StageTimes | None = None) -> dict[str, Any]:
+    """The study `c` into `out`; `clock` collects the wall and CPU seconds of each stage."""
+    clock = clock if clock is not None else StageTimes()
     check_models(c.models)  # a typo or a broken folder fails here, before the run directory records anything
     check_dino(c)
     sets = prompt_sets(c)
@@ -30,15 +33,15 @@ def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None 
         # which shard a directory ran is not a setting: a merge's copies run other shards of the same study
         rd.record_config("study", {"config": c.as_dict(), "versions": versions()})
         for m in c.models:
-            _model_phases(c, rd, m, sets, shard, say)
+            _model_phases(c, rd, m, sets, shard, say, clock)
         if shard is not None:
             say(f"shard {shard[0]}/{shard[1]} done: merge the shards with `ambench merge`, then rerun `ambench run` on the merge")
             return {"shard": list(shard)}
-        return finish(c, rd, sets, say)
+        return finish(c, rd, sets, say, clock)
 
 
 def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]], shard: tuple[int, int] | None,
-                  say: Callable[[str], None]) -> None:
+                  say: Callable[[str], None], clock: StageTimes) -> None:
     from experiments.stages.capture import capture_stage
     from experiments.stages.generate import generate_stage
     from experiments.stages.intervene import intervene_stage
@@ -46,22 +49,24 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
     from interp.runtime import Runtime, describe
 
     say(f"[model {m}] loading")
-    rt = Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code, device_map=c.device_map,
-                      quantize=c.quantize)
+    short = m.rstrip("/").split("/")[-1].removeprefix("organism:")
+    with clock.stage(f"{short}: load"):
+        rt = Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code, device_map=c.device_map,
+                          quantize=c.quantize)
     say(f"[model {m}] {describe(rt)}")
     for task, output, medium in c.arms():
         gs = c.generate(task, output, medium)
         total = len(sets[task]) * (gs.samples + 1)
         arm = output if medium == "v1" else medium
         say(f"[model {m}] generate {task} ({arm}): {len(sets[task])} prompts x {gs.samples + 1} attempts")
-        with _bar(total, f"generate {task} ({arm})", "attempt") as bar:
+        with clock.stage(f"{short}: generate {task} ({arm})"), _bar(total, f"generate {task} ({arm})", "attempt") as bar:
             generate_stage(rt, sets[task], rd, gs, model=m, shard=shard, progress=lambda n, toks, bar=bar: bar.update(n), say=say)
     rows = rd.rows(RunDir.GENERATIONS)
     ordered = sorted(rows, key=generation_order(c, sets))
     if ordered != rows:
         rd.write_rows(RunDir.GENERATIONS, ordered)
     say(f"[model {m}] capture the residual stream ({rt.info.n_layers + 1} sites x 3 positions)")
-    with _bar(len(sets["translation"]) + len(sets["layout"]), "capture", "prompt") as bar:
+    with clock.stage(f"{short}: capture"), _bar(len(sets["translation"]) + len(sets["layout"]), "capture", "prompt") as bar:
         capture_stage(rt, sets["translation"] + sets["layout"], rd, c.capture(), model=m, shard=shard, progress=bar.update,
                       say=say)
     have = sum(r["model"] == m for r in rd.rows(RunDir.GENERATIONS))
@@ -70,13 +75,13 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
             "merge the shards, then run these units with --shard on copies of the merge (or finish on the merge)")
         return
     say(f"[model {m}] interventions (layout): {c.continuations} continuations per arm")
-    with _bar(c.intervene_cuts or None, "interventions", "cut") as bar:
+    with clock.stage(f"{short}: interventions"), _bar(c.intervene_cuts or None, "interventions", "cut") as bar:
         counts = intervene_stage(rt, rd, m, c.intervene(), progress=bar.update, shard=shard)
     say(f"[model {m}] interventions: {counts['cuts']} cuts, {counts['continuations']} continuations written, "
         f"splices byte-identical {counts['splices_byte_identical']}, excluded {counts['excluded']}")
     ps = c.patch(rt.info.n_layers)
     say(f"[model {m}] activation patching at layers {list(ps.layers)}")
-    with _bar(None, "patching", "layer") as bar:
+    with clock.stage(f"{short}: patching"), _bar(None, "patching", "layer") as bar:
         pc = patch_stage(rt, rd, m, ps, progress=bar.update, shard=shard)
     say(f"[model {m}] patching: {pc['rows']} rows over {pc['cuts']} cuts "
         f"({pc['cuts_with_unequal_token_counts']} cuts skipped: unequal token counts)")
@@ -84,7 +89,7 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
         from experiments.stages.attention import attention_stage
 
         say(f"[model {m}] attention focus of the drawing statements on the prompt's spatial words")
-        with _bar(None, "attention", "attempt") as bar:
+        with clock.stage(f"{short}: attention"), _bar(None, "attention", "attempt") as bar:
             ac = attention_stage(rt, rd, m, c.attention_settings(), progress=bar.update, shard=shard)
         say(f"[model {m}] attention: {ac['written']} attempts written of {ac['attempts']} valid"
             + (f"; {ac['errors']} not read: {ac['error']}" if ac["errors"] else ""))
@@ -92,7 +97,8 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
         from experiments.stages.trajectory import TrajectorySettings, trajectory_stage, verdict
 
         say(f"[model {m}] plan or state: probes at every statement boundary")
-        out = trajectory_stage(rt, rd, m, TrajectorySettings(n_boot=c.n_boot, seed=c.seed))
+        with clock.stage(f"{short}: trajectory"):
+            out = trajectory_stage(rt, rd, m, TrajectorySettings(n_boot=c.n_boot, seed=c.seed))
         say(f"[model {m}] plan or state: {verdict(out['rows'])}")
     elif c.trajectory:
         say(f"[model {m}] plan or state is not sharded (one forward pass per greedy attempt): run "
