@@ -214,6 +214,18 @@ def _trackers(run: Path) -> list[dict[str, Any]]:
 CHECKS: dict[str, Callable[[Path], list[dict[str, Any]]]] = {"translator": _translator, "planners": _planners, "tracker": _trackers}
 
 
+#: what each built-in organism constructs (the rule its verdicts follow), by its short name
+_KIND = {"translator": "stated-geometry", "xor-planner": "hidden-plan", "xor-planner-b": "hidden-plan",
+         "random-planner": "no-plan", "tracker": "state-tracking", "fixed-plan": "fixed-plan"}
+
+
+def verdicts(run: Path) -> list[dict[str, Any]]:
+    """The known-answer rows of one run of the organisms preset (a part, by its folder name), each with the kind of
+    answer its organism constructs; empty for any other run. Read only: nothing is written."""
+    check = CHECKS.get(Path(run).name)
+    return [dict(r, kind=_KIND.get(r["organism"], "")) for r in check(Path(run))] if check else []
+
+
 def known_answers(out: Path) -> list[dict[str, Any]]:
     """One row per organism and method from the parts' result files (a part not run yet is left out)."""
     out = Path(out)
@@ -229,4 +241,4 @@ def known_answers(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["CHECKS", "known_answers", "part_config", "parts_of", "run_parts"]
+__all__ = ["CHECKS", "known_answers", "verdicts", "part_config", "parts_of", "run_parts"]

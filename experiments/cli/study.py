@@ -131,3 +131,22 @@ def merge(
     with boundary():
         counts = merge_runs(shards, out)
     typer.echo(json.dumps(counts))
+
+
+@app.command()
+def report(
+    runs: list[Path] = typer.Argument(..., help="Run directories, or folders of runs (the organisms preset's --out)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for index.html (default, for one run: RUN/report/)."),
+) -> None:
+    """One HTML page of any runs: the summary, the methods validated on model organisms, then each run's results."""
+    from experiments.rundir import RunDir
+    from experiments.stages.report import organism_runs, write_combined, write_report
+
+    for r in runs:
+        if not organism_runs(r):
+            fail(f"{r} is neither a run directory (with {RunDir.CONFIG}) nor a folder of runs")
+    if out is None and (len(runs) > 1 or not (runs[0] / RunDir.CONFIG).is_file()):
+        fail("give --out DIR: the report of several runs, or of a folder of runs, is written to DIR/index.html")
+    with boundary():
+        path = write_report(runs[0]) if out is None else write_combined(runs, out)
+    typer.echo(f"wrote {path}")
