@@ -10,10 +10,15 @@
 #  4. `ambench run --preset quick`: SmolLM2 135M Instruct, few-shot, 1 greedy + 2 sampled attempts on
 #     20 translation and 15 layout prompts (one per subcategory); renders, PIoU, layout validity and
 #     triviality, the residual stream at every layer, probes with controls, the four intervention
-#     arms, activation patching, and report/index.html
+#     arms, activation patching
+#  5. `ambench report OUT/organisms OUT/study --out OUT/report`: the one page to open, the methods
+#     validated on the organisms first, then SmolLM2's results
+#  Step 3 runs beside steps 1, 2 and 4, each study with one thread (OMP_NUM_THREADS=1): on a 2-core
+#  machine the two studies then share the cores instead of taking turns (the organisms are tiny models
+#  that gain nothing from a second thread), and the main job takes about the time of the longer one.
 #  Every stage resumes: rerunning the command continues where a killed run stopped.
 #  At the end it prints the time of each step and of each stage of the two studies (wall and CPU
-#  seconds, with the load average), also kept in OUT/timings.jsonl.
+#  seconds, with the 1-minute load average), also kept in OUT/timings.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/quick}"
@@ -21,17 +26,18 @@ AMB=.venv/bin/ambench
 mkdir -p "$OUT/renders"
 TIMES="$OUT/timings.jsonl"
 : > "$TIMES"
-child_cpu() {  # CPU seconds of every child process that has ended (bash's `times`, second line)
-  times | awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.2f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'
-}
 minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
 step() {  # step NAME COMMAND...: run it and append its wall and CPU seconds and the load at its start
-  local name="$1" w0 c0 l0
+  local name="$1" w0 c0 c1 l0
   shift
-  w0=$(date +%s.%N); c0=$(child_cpu); l0=$(cut -d' ' -f1 /proc/loadavg)
+  w0=$(date +%s.%N); times > "$OUT/.times.$name"; l0=$(cut -d' ' -f1 /proc/loadavg)
+  c0=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.2f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$OUT/.times.$name")
   "$@"
+  times > "$OUT/.times.$name"
+  c1=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.2f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$OUT/.times.$name")
+  rm -f "$OUT/.times.$name"
   printf '{"step": "%s", "stage": "(whole step)", "wall_s": %.2f, "cpu_s": %.2f, "load": %s}\n' "$name" \
-    "$(minus "$(date +%s.%N)" "$w0")" "$(minus "$(child_cpu)" "$c0")" "$l0" >> "$TIMES"
+    "$(minus "$(date +%s.%N)" "$w0")" "$(minus "$c1" "$c0")" "$l0" >> "$TIMES"
 }
 sandbox() {
 .venv/bin/python - "$OUT" <<'PY'
@@ -54,7 +60,7 @@ for b, r in zip(benign, rb):
 right = sum(r.outcome == h["expect"] for h, r in zip(hostile, rh))
 summary = {"benign_rendered": ok, "benign_total": len(benign), "hostile_right_outcome": right, "hostile_total": len(hostile)}
 (out / "sandbox_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-print(f"[1/4] sandbox: benign corpus {ok}/{len(benign)} rendered to {out}/renders; hostile corpus {right}/{len(hostile)} got the expected outcome")
+print(f"[1/5] sandbox: benign corpus {ok}/{len(benign)} rendered to {out}/renders; hostile corpus {right}/{len(hostile)} got the expected outcome")
 PY
 }
 translation() {
@@ -68,19 +74,28 @@ with open(f"{out}/translation_refs.jsonl") as f, open(f"{out}/translation_oracle
         g.write(json.dumps({"ref_id": r["id"], "model": "oracle-canonical", "sample": 0, "text": "```python\n" + r["canonical"] + "```"}) + "\n")
 PY
 rm -f "$OUT/translation_oracle_scores.jsonl"
-echo "[2/4] translation: scoring the canonical transcriptions of all references through the sandbox"
+echo "[2/5] translation: scoring the canonical transcriptions of all references through the sandbox"
 $AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$OUT/translation_oracle_attempts.jsonl" --out "$OUT/translation_oracle_scores.jsonl"
 $AMB translation baseline --draws 20 --seed 0 | tee "$OUT/translation_null.txt"
 }
+JOB0=$(date +%s.%N)
+echo "[3/5] the study on the model organisms, beside steps 1, 2 and 4: ambench run --preset organisms --out $OUT/organisms (log: $OUT/organisms.log)"
+OMP_NUM_THREADS=1 step organisms $AMB run --preset organisms --out "$OUT/organisms" --timings "$TIMES" >"$OUT/organisms.log" 2>&1 &
+ORGANISMS=$!
 step sandbox sandbox
 step translation translation
-echo "[3/4] the study on the model organisms: ambench run --preset organisms --out $OUT/organisms"
-step organisms $AMB run --preset organisms --out "$OUT/organisms" --timings "$TIMES" >/dev/null
+echo "[4/5] the study on the embedded model: ambench run --preset quick --out $OUT/study"
+OMP_NUM_THREADS=1 step quick $AMB run --preset quick --out "$OUT/study" --timings "$TIMES" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
+if ! wait "$ORGANISMS"; then
+  tail -20 "$OUT/organisms.log" >&2
+  echo "the organisms study failed (log: $OUT/organisms.log)" >&2
+  exit 1
+fi
 cat "$OUT/organisms/known_answers.md"
-echo "[4/4] the study on the embedded model: ambench run --preset quick --out $OUT/study"
-step quick $AMB run --preset quick --out "$OUT/study" --timings "$TIMES" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
-echo "time per step and stage (wall and CPU seconds; load = 1-minute load average at the start):"
-.venv/bin/python - "$TIMES" <<'PY'
+echo "[5/5] the report: ambench report $OUT/organisms $OUT/study --out $OUT/report"
+step report $AMB report "$OUT/organisms" "$OUT/study" --out "$OUT/report"
+echo "time per step and stage (wall and CPU seconds; load = 1-minute load average when it started or ended):"
+.venv/bin/python - "$TIMES" "$(minus "$(date +%s.%N)" "$JOB0")" <<'PY'
 import json, sys
 from experiments.study.timing import format_table
 rows = [json.loads(line) for line in open(sys.argv[1])]
@@ -90,6 +105,7 @@ for s in steps:
     table.append({**s, "stage": f"[{s['step']}]"})
     table += [{**r, "stage": "  " + r["stage"]} for r in rows if r["step"] == s["step"] and r["stage"] != "(whole step)"]
 print(format_table(table, total=steps))  # the stages are inside their steps: the total is the steps'
+print(f"the whole job: {float(sys.argv[2]) / 60:.1f} minutes of wall time (the organisms ran beside the other steps)")
 PY
-echo "report: $OUT/study/report/index.html"
+echo "report: $OUT/report/index.html"
 echo "done: results in $OUT"

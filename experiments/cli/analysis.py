@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, QuantizeOpt, RunOpt, SeedOpt, TaskOpt,
-                                    TrustOpt, app, f3, fail, run_writer, runtime)
+from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, QuantizeOpt,
+                                    RunOpt, SeedOpt, TaskOpt, TrustOpt, app, f3, fail, run_writer, runtime,
+                                    show)
 
 
 @app.command()
@@ -43,7 +44,7 @@ def probe(
                        f"[{f3(r['delta_ci'][0])}, {f3(r['delta_ci'][1])}] (best {f3(r['r2_resid'])}, text {f3(r['r2_text'])}) "
                        f"p {f3(r.get('p_perm'))} q {f3(r.get('q_bh'))}")
         elif r.get("kind") in ("ceiling", "skipped", "targets"):
-            typer.echo(json.dumps(r))
+            typer.echo(show(r))
     typer.echo(f"wrote {run / RunDir.PROBES} ({len(rows)} rows) and plots in {run / RunDir.PROBE_PLOTS}")
 
 
@@ -79,7 +80,7 @@ def selectivity(
             typer.echo(f"{r['task']} {r['position']:<8} mean own-minus-others gap over {r['n_models']} models: {f3(r['gap'], True)} "
                        f"[{f3(r['ci'][0], True)}, {f3(r['ci'][1], True)}] (paper: +0.015)")
         elif r["kind"] == "skipped":
-            typer.echo(json.dumps(r))
+            typer.echo(show(r))
     typer.echo(f"wrote {run / RunDir.SELECTIVITY} ({len(rows)} rows)")
 
 
@@ -110,7 +111,7 @@ def attention(
         fail(f"--layers must be in 0..{rt.info.n_layers - 1}")
     with run_writer(run, "ambench attention") as rd:
         counts = attention_stage(rt, rd, model, s)
-        typer.echo(json.dumps(counts))
+        typer.echo(show(counts))
         if not counts["attempts"]:
             fail(f"no valid {task} attempts of {model} in {run}")
         if counts["errors"]:
@@ -124,7 +125,7 @@ def attention(
             continue
         typer.echo(f"{t['model']} {t['task']}: focus over {t['attempts']} attempts ({t['prompts']} prompts): mean {f3(t.get('mean'))} "
                    f"[{f3((t.get('ci') or [None])[0])}, {f3((t.get('ci') or [None, None])[1])}], median {f3(t.get('median'))}, "
-                   f"IQR {f3(t.get('q1'))}-{f3(t.get('q3'))}, peak layer {t.get('peak_layer')}; skipped {json.dumps(t['skipped'])}")
+                   f"IQR {f3(t.get('q1'))}-{f3(t.get('q3'))}, peak layer {t.get('peak_layer')}; skipped {show(t['skipped'])}")
     typer.echo(f"table: {run / 'attention_table.json'}, plot: {run / 'attention.png'}")
 
 
@@ -162,12 +163,12 @@ def intervene(
     rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     with run_writer(run, "ambench intervene") as rd:
         counts = intervene_stage(rt, rd, model, s)
-        typer.echo(json.dumps(counts))
+        typer.echo(show(counts))
         if not counts["continuations"]:
             fail(f"no spliceable valid {task} attempts of {model} in {run}")
         summary = summarise_interventions(rd, seed)
     for t in summary["arms"]:
-        typer.echo(json.dumps(t))
+        typer.echo(show(t))
     typer.echo(f"table: {run / 'interventions_table.json'}, plot: {run / f'interventions-{task}.png'}")
 
 
@@ -203,11 +204,11 @@ def patch(
     rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     with run_writer(run, "ambench patch") as rd:
         counts = patch_stage(rt, rd, model, s)
-        typer.echo(json.dumps(counts))
+        typer.echo(show(counts))
         rows = rd.rows(RunDir.PATCHING)
         for r in patching_table(rows):
             if (r["model"], r["task"]) == (model, task):
-                typer.echo(f"{r['direction']:<12} layer {r['layer']:>3}: continued drawing {r['rate']:.3f} over {r['cuts']} cuts")
+                typer.echo(f"{r['direction']:<12} layer {r['layer']:>3}: continued drawing {f3(r['rate'])} over {r['cuts']} cuts")
         typer.echo(f"plot: {plot_patching(rd, rows, task)}")
 
 
@@ -248,7 +249,7 @@ def steer(
         except (ValueError, FileNotFoundError) as e:
             fail(str(e))
     for r in summary:
-        typer.echo(json.dumps(r))
+        typer.echo(show(r))
 
 
 @app.command()
@@ -272,7 +273,7 @@ def trajectory(
     rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     with run_writer(run, "ambench trajectory") as rd:
         out = trajectory_stage(rt, rd, model, s)
-    typer.echo(f"attempts: {json.dumps(out['counts'])}")
+    typer.echo(f"attempts: {show(out['counts'])}")
     for r in out["rows"]:
         if r.get("probe"):
             typer.echo(f"boundary {r['boundary']} (n {r['n']}) {r['probe']:<12} R^2 {f3(r['r2'], True)} "

@@ -48,8 +48,20 @@ QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="8bit or 
 
 
 def f3(v: Optional[float], signed: bool = False) -> str:
-    """A statistic for the terminal: three decimals (with its sign when `signed`), "n/a" when missing."""
-    return "n/a" if v is None else (f"{v:+.3f}" if signed else f"{v:.3f}")
+    """A statistic for the terminal: 3 significant digits (with its sign when `signed`), "n/a" when missing."""
+    from experiments.numbers import text
+
+    return "n/a" if v is None else text(v, signed)
+
+
+def show(obj: Any, **kw: Any) -> str:
+    """A result as printed JSON, every float to 3 significant digits (the files written keep full precision;
+    `--json` outputs meant for programs print `json.dumps` of the full values instead)."""
+    import json
+
+    from experiments.numbers import rounded
+
+    return json.dumps(rounded(obj), **kw)
 
 
 def fail(message: str, code: int = 2) -> None:

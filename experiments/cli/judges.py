@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import RunOpt, app, bar, boundary, fail, run_writer
+from experiments.cli.common import RunOpt, app, bar, boundary, fail, run_writer, show
 
 
 @app.command()
@@ -61,12 +61,12 @@ def judge(
                 counts = judge_stage(rd, j, b.update)
         except (JudgeError, VerdictParseError) as e:
             fail(str(e))
-        typer.echo(json.dumps(counts))
+        typer.echo(show(counts))
         rows = [r for r in rd.rows(RunDir.JUDGE_SCORES) if r["judge"] == name]
     for r in pass_at_k_table(rows):
-        typer.echo(json.dumps(r))
+        typer.echo(show(r))
     for r in inversion_table(rows):
-        typer.echo(json.dumps(r))
+        typer.echo(show(r))
 
 
 human_app = typer.Typer(help="Human validation kit: pairwise comparisons to click through, and agreement.", no_args_is_help=True)
@@ -109,4 +109,4 @@ def human_import(
             res = import_answers(kit, answers, run, judge_name, margin)
     except (ValueError, FileNotFoundError, KeyError) as e:
         fail(str(e))
-    typer.echo(json.dumps(res, indent=1))
+    typer.echo(show(res, indent=1))

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import RunOpt, app, bar, boundary, fail, run_writer
+from experiments.cli.common import RunOpt, app, bar, boundary, f3, fail, run_writer, show
 
 layout_app = typer.Typer(help="The layout task: the 150 prompts, renders, validity and triviality tables.", no_args_is_help=True)
 app.add_typer(layout_app, name="layout")
@@ -91,7 +91,7 @@ def layout_table_cmd(
         rows = layout_table(run, level)
     if not rows:
         fail(f"{run} has no layout attempts")
-    typer.echo(json.dumps(rows, indent=1) if as_json else format_table(rows, level))
+    typer.echo(json.dumps(rows, indent=1) if as_json else format_table(rows, level))  # --json: for programs, full precision
 
 
 @layout_app.command("compare")
@@ -137,7 +137,7 @@ def layout_compare(
                 res = paired_delta(arms[(m, a)], arms[(m, b)], n_boot=n_boot, seed=seed)
             except ValueError as e:
                 fail(f"{m}: {e}")
-            typer.echo(json.dumps({"model": m, "a": a, "b": b, "metric": metric, **res}))
+            typer.echo(show({"model": m, "a": a, "b": b, "metric": metric, **res}))
             shown += 1
     if not shown:
         fail(f"no model in {run} has both arms {a!r} and {b!r}")
@@ -161,14 +161,14 @@ def layout_tier_gap(
     if not rows:
         fail(f"{run} has layout attempts in only one medium (or too few T2/T3 prompts): add another with "
              f"`ambench generate --medium v1-48 --task layout --out {run}`")
-    if as_json:
+    if as_json:  # for programs: full precision
         typer.echo(json.dumps(rows, indent=1))
         return
     for r in rows:
         who = f"{r['metric']} | {r['model']} | {r['protocol']}"
         if r["kind"] == "gap":
-            typer.echo(f"{who} | {r['medium']:<8} T2 {r['T2']:.3f}  T3 {r['T3']:.3f}  gap {r['gap']:+.3f} "
-                       f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]  ({r['n_T2']}+{r['n_T3']} prompts)")
+            typer.echo(f"{who} | {r['medium']:<8} T2 {f3(r['T2'])}  T3 {f3(r['T3'])}  gap {f3(r['gap'], True)} "
+                       f"[{f3(r['ci'][0], True)}, {f3(r['ci'][1], True)}]  ({r['n_T2']}+{r['n_T3']} prompts)")
         else:
-            typer.echo(f"{who} | {r['b']} - {r['a']}: gap {r['gap_b']:+.3f} vs {r['gap_a']:+.3f}, difference "
-                       f"{r['difference']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]")
+            typer.echo(f"{who} | {r['b']} - {r['a']}: gap {f3(r['gap_b'], True)} vs {f3(r['gap_a'], True)}, difference "
+                       f"{f3(r['difference'], True)} [{f3(r['ci'][0], True)}, {f3(r['ci'][1], True)}]")

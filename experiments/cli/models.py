@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import (CompatOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, OutRunOpt, QuantizeOpt, SeedOpt,
-                                    TrustOpt, app, bar, boundary, fail, load_items, run_writer, runtime)
+from experiments.cli.common import (CompatOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, OutRunOpt,
+                                    QuantizeOpt, SeedOpt, TrustOpt, app, bar, boundary, fail, load_items,
+                                    run_writer, runtime, show)
 
 PromptsOpt = typer.Option(None, "--prompts", help="Prompt file (JSONL: id, text, task, subject; any task label).")
 TaskSetOpt = typer.Option(None, "--task", help="translation or layout (the built-in prompt set when --prompts is not given).")
@@ -76,7 +77,7 @@ def generate(
 
             counts = generate_stage(rt, items, rd, settings, model=model, progress=progress,
                                     say=lambda m: typer.echo(m, err=True))
-        typer.echo(json.dumps(counts))
+        typer.echo(show(counts))
         if check:  # renders every new attempt into RUN/renders/ (reused by later stages), then counts outcomes
             from experiments.stages.render import read_renders, render_stage, validity
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import app, fail
+from experiments.cli.common import app, fail, show
 
 organism_app = typer.Typer(help="Model organisms: small models trained here whose plans are known (docs/organisms.md).",
                            no_args_is_help=True)
@@ -61,4 +61,4 @@ def organism_train(
     keys = ("organism", "seed", "code_version", "weights_sha256", "final_train_loss", "heldout_loss", "seconds")
     summary = {"folder": str(folder), **{k: rec.get(k) for k in keys}}
     summary["heldout_accuracy"] = rec.get("eval", {}).get("heldout_accuracy")
-    typer.echo(json.dumps(summary, indent=1, sort_keys=True))
+    typer.echo(show(summary, indent=1, sort_keys=True))

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import app, fail, read_text
+from experiments.cli.common import app, f3, fail, read_text
 
 
 def result_summary(result, medium) -> dict:
@@ -74,6 +74,6 @@ def render(
         typer.echo(json.dumps(result_summary(result, medium)))
     else:
         status = "valid" if result.valid else f"invalid ({result.outcome}): {result.reason}"
-        typer.echo(f"{status}; {len(result.calls)} shapes; non-background {result.nonbackground_fraction():.3f}")
+        typer.echo(f"{status}; {len(result.calls)} shapes; non-background {f3(result.nonbackground_fraction())}")
         if out is not None and result.valid:
             typer.echo(f"wrote {out}")

@@ -8,7 +8,8 @@ from typing import Any, Optional
 
 import typer
 
-from experiments.cli.common import DeviceMapOpt, DeviceOpt, DtypeOpt, QuantizeOpt, TrustOpt, app, boundary, fail
+from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, QuantizeOpt, TrustOpt, app, boundary,
+                                    fail, show)
 
 
 @app.command("run")
@@ -63,7 +64,7 @@ def run_cmd(
     from experiments.study import StudyConfig, parse_shard, run_ray, run_study
     from experiments.study.timing import StageTimes
 
-    clock = StageTimes()
+    clock = StageTimes(path=timings, step=preset)
     if backend not in ("local", "ray"):
         fail("--backend must be local or ray")
     files = tuple(str(p) for p in prompt_files) if prompt_files else None
@@ -80,8 +81,8 @@ def run_cmd(
                 summary = run_parts(preset, out, overrides, say=lambda m: typer.echo(m, err=True), clock=clock)
             except ValueError as e:
                 fail(str(e))
-        _report_times(clock, timings, preset)
-        typer.echo(json.dumps(summary, indent=1, sort_keys=True))
+        _report_times(clock)
+        typer.echo(show(summary, indent=1, sort_keys=True))
         return
     if backend == "ray" and shard:
         fail("--shard is for batch schedulers; the ray backend shards by itself (--shards N)")
@@ -108,16 +109,14 @@ def run_cmd(
             summary = run_ray(c, out, shards, say)
         else:
             summary = run_study(c, out, sh, say=say, clock=clock)
-    _report_times(clock, timings, preset)
-    typer.echo(json.dumps(summary, indent=1, sort_keys=True))
+    _report_times(clock)
+    typer.echo(show(summary, indent=1, sort_keys=True))
 
 
-def _report_times(clock: Any, timings: Optional[Path], step: str) -> None:
-    """The stages' wall and CPU seconds on stderr, and appended to `timings` when given."""
+def _report_times(clock: Any) -> None:
+    """The stages' wall and CPU seconds on stderr."""
     if clock.rows:
         typer.echo("time per stage (CPU counts this process and the sandbox workers):\n" + clock.table(), err=True)
-    if timings is not None:
-        clock.append_to(timings, step)
 
 
 @app.command()
@@ -130,7 +129,7 @@ def merge(
 
     with boundary():
         counts = merge_runs(shards, out)
-    typer.echo(json.dumps(counts))
+    typer.echo(show(counts))
 
 
 @app.command()

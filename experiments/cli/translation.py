@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import app, fail
+from experiments.cli.common import app, f3, fail, show
 
 translation_app = typer.Typer(help="The translation task: references, prompts, PIoU scoring, null baseline.", no_args_is_help=True)
 app.add_typer(translation_app, name="translation")
@@ -71,7 +71,7 @@ def translation_score(
             summary = score_attempts(refs, attempts, out, workers=workers, progress=bar.update)
     except InputError as e:
         fail(str(e))
-    typer.echo(json.dumps(summary))
+    typer.echo(show(summary))
 
 
 @translation_app.command("baseline")
@@ -91,8 +91,8 @@ def translation_baseline(
     _, s = null_distribution(refs, draws_per_ref=draws, seed=seed)
     typer.echo(f"null PIoU over {s.draws} draws ({len(refs)} '{which}' references x {draws}, seed {seed})")
     typer.echo(f"            mean    median  p95     share >= tau={TAU}")
-    typer.echo(f"ours        {s.mean:.3f}   {s.median:.3f}   {s.p95:.3f}   {s.pass_rate:.4f}")
-    typer.echo(f"paper       {PAPER_NULL['mean']:.3f}   -       {PAPER_NULL['p95']:.3f}   -")
+    typer.echo(f"ours        {f3(s.mean):<7} {f3(s.median):<7} {f3(s.p95):<7} {f3(s.pass_rate)}")
+    typer.echo(f"paper       {f3(PAPER_NULL['mean']):<7} -       {f3(PAPER_NULL['p95']):<7} -")
 
 
 @translation_app.command("prompts")

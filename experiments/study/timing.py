@@ -4,7 +4,7 @@ The CPU column is what makes times on a shared machine comparable: wall time gro
 on the cores, CPU time much less. It counts this process (every torch thread) and the child processes
 that ended during the stage (the sandbox workers of the render and scoring stages). Timings never enter
 result files (a run's files are byte-identical across runs); `ambench run --timings FILE` appends them
-as JSON lines, which the main job (scripts/main_job.sh) prints as one table at its end.
+as JSON lines as each stage ends, which the main job (scripts/main_job.sh) prints as one table at its end.
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ def cpu_seconds() -> float:
 
 class StageTimes:
     """Wall and CPU seconds of each stage of a study, in the order they ran; `prefix` names the study
-    (a part of the organisms preset) in front of every stage."""
+    (a part of the organisms preset) in front of every stage. With `path`, each stage is appended there as a
+    JSON line (labelled `step`) as soon as it ends, so a killed run keeps the times of what it did."""
 
-    def __init__(self, prefix: str = "") -> None:
+    def __init__(self, prefix: str = "", path: Path | None = None, step: str = "") -> None:
         self.prefix = prefix
+        self.path = path
+        self.step = step
         self.rows: list[dict[str, Any]] = []
 
     @contextlib.contextmanager
@@ -37,17 +40,15 @@ class StageTimes:
         try:
             yield
         finally:
-            self.rows.append({"stage": f"{self.prefix}{name}", "wall_s": round(time.perf_counter() - w0, 2),
-                              "cpu_s": round(cpu_seconds() - c0, 2), "load": round(os.getloadavg()[0], 2)})
+            row = {"stage": f"{self.prefix}{name}", "wall_s": round(time.perf_counter() - w0, 2),
+                   "cpu_s": round(cpu_seconds() - c0, 2), "load": round(os.getloadavg()[0], 2)}
+            self.rows.append(row)
+            if self.path is not None:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"step": self.step, **row}, sort_keys=True) + "\n")
 
     def table(self) -> str:
         return format_table(self.rows)
-
-    def append_to(self, path: Path, step: str) -> None:
-        """Append the rows as JSON lines, each labelled with the main job's `step`."""
-        with open(path, "a", encoding="utf-8") as f:
-            for r in self.rows:
-                f.write(json.dumps({"step": step, **r}, sort_keys=True) + "\n")
 
 
 def format_table(rows: list[dict[str, Any]], total: list[dict[str, Any]] | None = None) -> str:

@@ -132,3 +132,36 @@ def test_svg_protocol_prompts(tmp_path):
     assert (b.protocol, b.medium) == ("few-shot-2", "svg") and "SVG image of 512x512" in b.text and "```svg\n<svg" in b.text and "fill(" not in b.text
     c = build(item, Protocol("completion", 0, output="svg"), tok)
     assert c.opener == "```svg\n" and (c.protocol, c.medium) == ("completion-0", "svg")
+
+
+def _too_precise(text: str) -> list[str]:
+    """Numbers in printed text with more than 3 significant digits after the decimal point (0.06666666666666667)."""
+    import re
+
+    out = []
+    for m in re.finditer(r"-?\d+\.\d+(?:e-?\d+)?", text):
+        digits = m.group(0).lstrip("-").split("e")[0].replace(".", "").lstrip("0").rstrip("0")
+        if len(digits) > 3:
+            out.append(m.group(0))
+    return out
+
+
+def test_layout_compare_prints_numbers_rounded_for_people(tmp_path):
+    """`ambench layout compare` printed raw JSON (a delta of 0.06666666666666667); what a command prints is rounded
+    to 3 significant digits, while the files keep full precision."""
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    rows = []
+    for i, pid in enumerate(["1A-00", "1A-01", "2A-00"]):
+        rows.append(_row(pid, 0, "fill('white')"))  # canvas: trivial
+        rows.append(dict(_row(pid, 0, "fill('white')\nrect(0, 0, 12, 24, 'red')" if i else "fill('navy')"), protocol="few-shot-2"))
+    append(tmp_path, rows)
+    render_stage(tmp_path, workers=1)
+    res = CliRunner().invoke(app, ["layout", "compare", "--run", str(tmp_path), "--a", "zero-shot", "--b", "few-shot-2",
+                                   "--boot", "200"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert out["delta"] == 0.667 and out["prompts"] == 3
+    assert not _too_precise(res.output), res.output
