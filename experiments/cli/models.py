@@ -56,8 +56,7 @@ def generate(
     check: bool = typer.Option(True, "--check/--no-check", help="Render the attempts (RUN/renders/) and print validity."),
 ) -> None:
     """Generate 1 greedy + N sampled programs per prompt into RUN/generations.jsonl (resumable)."""
-    import time
-
+    from experiments.progress import GenerationProgress
     from experiments.rundir import RunDir
     from experiments.stages.generate import GenerateSettings, generate_stage
 
@@ -68,14 +67,9 @@ def generate(
     settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots, output, medium)
     rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
     with run_writer(out, "ambench generate") as rd:
-        t0, tokens = time.perf_counter(), [0]
         with bar(len(items) * (samples + 1), f"generate {model}", "attempt") as b:
-            def progress(n: int, new_tokens: int) -> None:
-                tokens[0] += new_tokens
-                b.set_postfix_str(f"{tokens[0] / max(time.perf_counter() - t0, 1e-9):.1f} tok/s")
-                b.update(n)
-
-            counts = generate_stage(rt, items, rd, settings, model=model, progress=progress,
+            gp = GenerationProgress(b)  # attempts, tokens and tokens/s, updated as tokens come
+            counts = generate_stage(rt, items, rd, settings, model=model, progress=gp.progress, on_token=gp.on_token,
                                     say=lambda m: typer.echo(m, err=True))
         typer.echo(show(counts))
         if check:  # renders every new attempt into RUN/renders/ (reused by later stages), then counts outcomes

@@ -284,6 +284,9 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
         return sweeps[key]
 
     headline = ("own", "shared", "specific")
+    from experiments.progress import bar  # rows and permutations as they are done (a terminal only)
+
+    units = bar(len(tsets) * len(st.positions), f"probes {name} {task}", "target x position", leave=False)
     for t in tsets:
         sw = sweep_for(t.ids)
         w = sw["w"]
@@ -299,6 +302,9 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
         rows.append({**tb, "features": "text", "layer": None, "position": "-", "r2": json_number(text.r2),
                      "ci": percentile_ci(text_boot), "chosen": text.chosen})
         for pos, lsweep in sw["pos"].items():
+            units.update(1)
+            units.set_postfix_str(f"{len(rows)} rows; {t.name} at {pos}: {lsweep.n_layers} layers"
+                                  + (f", {s.n_perm} permutations" if s.n_perm and t.name in headline else ""))
             say(f"{name} {task}: {t.name} target, position {pos}, {lsweep.n_layers} layers")
             for layer in range(lsweep.n_layers):
                 res = lsweep.layer(t.y, layer)

@@ -17,9 +17,9 @@ from experiments.study.timing import StageTimes
 
 def _bar(total: int | None, desc: str, unit: str) -> Any:
     """A progress bar on stderr (shown on a terminal, silent in logs and tests)."""
-    from tqdm import tqdm
+    from experiments.progress import bar
 
-    return tqdm(total=total, desc=desc, unit=unit, disable=None, leave=False)
+    return bar(total, desc, unit, leave=False)
 
 
 def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None = None,
@@ -45,6 +45,7 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
     from experiments.stages.capture import capture_stage
     from experiments.stages.generate import generate_stage
     from experiments.stages.intervene import intervene_stage
+    from experiments.progress import GenerationProgress
     from experiments.stages.patch import patch_stage
     from interp.runtime import Runtime, describe
 
@@ -60,7 +61,8 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
         arm = output if medium == "v1" else medium
         say(f"[model {m}] generate {task} ({arm}): {len(sets[task])} prompts x {gs.samples + 1} attempts")
         with clock.stage(f"{short}: generate {task} ({arm})"), _bar(total, f"generate {task} ({arm})", "attempt") as bar:
-            generate_stage(rt, sets[task], rd, gs, model=m, shard=shard, progress=lambda n, toks, bar=bar: bar.update(n), say=say)
+            gp = GenerationProgress(bar)
+            generate_stage(rt, sets[task], rd, gs, model=m, shard=shard, progress=gp.progress, on_token=gp.on_token, say=say)
     rows = rd.rows(RunDir.GENERATIONS)
     ordered = sorted(rows, key=generation_order(c, sets))
     if ordered != rows:
@@ -81,7 +83,7 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
         f"splices byte-identical {counts['splices_byte_identical']}, excluded {counts['excluded']}")
     ps = c.patch(rt.info.n_layers)
     say(f"[model {m}] activation patching at layers {list(ps.layers)}")
-    with clock.stage(f"{short}: patching"), _bar(None, "patching", "layer") as bar:
+    with clock.stage(f"{short}: patching"), _bar(len(ps.layers) * c.patch_cuts or None, "patching", "cut x layer") as bar:
         pc = patch_stage(rt, rd, m, ps, progress=bar.update, shard=shard)
     say(f"[model {m}] patching: {pc['rows']} rows over {pc['cuts']} cuts "
         f"({pc['cuts_with_unequal_token_counts']} cuts skipped: unequal token counts)")
