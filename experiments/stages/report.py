@@ -576,6 +576,16 @@ def _validated(groups: list[tuple[Path, list[dict[str, Any]]]]) -> tuple[dict[st
 # --------------------------------------------------------------------------- the page
 
 
+def text_node(v: Any) -> Any:
+    """A value escaped for element content: <, > and & (what can open markup there); quotes stay as they are,
+    so "the prompt's words" reads the same in the HTML source. Attribute values keep Jinja2's full escaping."""
+    import html
+
+    from markupsafe import Markup
+
+    return Markup(html.escape(str(v), quote=False))
+
+
 def render_page(paths: Sequence[Path]) -> str:
     """The report of `paths` (run directories, or folders of runs such as the organisms preset's output) as one
     HTML page. A folder of runs contributes its known-answer verdicts; a run contributes its results and, when its
@@ -619,6 +629,7 @@ def render_page(paths: Sequence[Path]) -> str:
                              "model organisms, and `ambench report ORG RUN --out DIR` puts those verdicts beside this run."})
     env = jinja2.Environment(loader=jinja2.PackageLoader("experiments", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["text"] = text_node
     intro = ("The paper's questions and the answers of these runs. Each of the paper's tables below is reproduced from a run "
              f"with the paper's published values beside it for reference: {paper['source']}.")
     return env.get_template("report.html.j2").render(title="AM-Bench report", intro=intro, summary=summary,
