@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, QuantizeOpt,
-                                    RunOpt, SeedOpt, TaskOpt, TrustOpt, app, f3, fail, run_writer, runtime,
-                                    show)
+                                    RunOpt, SeedOpt, TaskOpt, TrustOpt, app, bar, f3, fail, run_writer,
+                                    runtime, show)
 
 
 @app.command()
@@ -110,7 +110,8 @@ def attention(
     if layers and any(not 0 <= layer < rt.info.n_layers for layer in layers):
         fail(f"--layers must be in 0..{rt.info.n_layers - 1}")
     with run_writer(run, "ambench attention") as rd:
-        counts = attention_stage(rt, rd, model, s)
+        with bar(None, "attention", "attempt") as b:
+            counts = attention_stage(rt, rd, model, s, progress=b.update)
         typer.echo(show(counts))
         if not counts["attempts"]:
             fail(f"no valid {task} attempts of {model} in {run}")
@@ -162,7 +163,8 @@ def intervene(
                           limit=limit)
     rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     with run_writer(run, "ambench intervene") as rd:
-        counts = intervene_stage(rt, rd, model, s)
+        with bar(limit, "interventions", "cut") as b:
+            counts = intervene_stage(rt, rd, model, s, progress=b.update)
         typer.echo(show(counts))
         if not counts["continuations"]:
             fail(f"no spliceable valid {task} attempts of {model} in {run}")
@@ -203,7 +205,9 @@ def patch(
                       temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
     rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     with run_writer(run, "ambench patch") as rd:
-        counts = patch_stage(rt, rd, model, s)
+        n_layers = len(s.layers) if s.layers is not None else rt.info.n_layers
+        with bar(n_layers * limit if limit else None, "patching", "cut x layer") as b:
+            counts = patch_stage(rt, rd, model, s, progress=b.update)
         typer.echo(show(counts))
         rows = rd.rows(RunDir.PATCHING)
         for r in patching_table(rows):
@@ -245,7 +249,8 @@ def steer(
                       temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
     with run_writer(run, "ambench steer") as rd:
         try:
-            summary = steer_stage(rt, rd, s, model)
+            with bar(None, "steering", "prompt") as b:
+                summary = steer_stage(rt, rd, s, model, progress=b.update)
         except (ValueError, FileNotFoundError) as e:
             fail(str(e))
     for r in summary:
@@ -272,7 +277,8 @@ def trajectory(
     s = TrajectorySettings(task=task, boundaries=boundaries, n_boot=n_boot, seed=seed)
     rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     with run_writer(run, "ambench trajectory") as rd:
-        out = trajectory_stage(rt, rd, model, s)
+        with bar(None, "plan or state", "attempt") as b:
+            out = trajectory_stage(rt, rd, model, s, progress=b.update)
     typer.echo(f"attempts: {show(out['counts'])}")
     for r in out["rows"]:
         if r.get("probe"):
