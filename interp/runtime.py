@@ -207,6 +207,8 @@ class Runtime:
         self._bridge = bridge
         self._bridge_factory = bridge_factory
         self._force_bridge = info.compat
+        #: prefill a prompt given several times in one generate() call once (see generate); off only to compare
+        self.share_prefill = True
         params = inspect.signature(model.forward).parameters
         self._logits_to_keep = "logits_to_keep" in params
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -461,11 +463,30 @@ class Runtime:
 
         if len(prompts) != len(sampling):
             raise ValueError("one Sampling per prompt")
+        common = _common_prefix(prompts) if self.share_prefill and not hooks else 0
+        if common >= SHARED_PREFIX_MIN:
+            # every row starts with the same tokens (a few-shot protocol's examples): prefill them once, as
+            # continue_batch does; each row then generates what it would alone (tested like continue_batch)
+            return self.continue_batch(list(prompts[0][:common]), [list(p[common:]) for p in prompts], sampling, stop,
+                                       on_token=on_token)
         ids, mask, _ = self.pad(prompts)
         path = self._path(hooks)
+        # a prompt given several times (its greedy and sampled attempts) is prefilled once and its cache row
+        # repeated: prefilling long (few-shot) prompts is most of generation's cost, and the repeated rows are
+        # the same computation. Hooks may act per row, so a hooked call prefills every row.
+        first: dict[tuple[int, ...], int] = {}
+        rows = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
+        share = self.share_prefill and not hooks and len(first) < len(prompts)
         try:
             with torch.inference_mode(), self._attached(hooks, path):
-                logits, cache = self._forward(ids, mask, self._new_cache(), path)
+                if share:
+                    unique = sorted(first.values())
+                    logits, cache = self._forward(ids[unique], mask[unique], self._new_cache(), path)
+                    expand = torch.tensor([unique.index(r) for r in rows], device=ids.device)
+                    logits = logits[expand]
+                    cache.batch_select_indices(expand)
+                else:
+                    logits, cache = self._forward(ids, mask, self._new_cache(), path)
                 return self._decode(logits, cache, mask, sampling, stop, path, on_token)
         except Exception as e:  # noqa: BLE001
             if _is_oom(e):
@@ -474,7 +495,8 @@ class Runtime:
             raise
 
     def continue_batch(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], sampling: Sequence[Sampling],
-                       stop: StopRule = StopRule(), hooks: Hooks = (), prefill_hooks: Hooks = ()) -> list[Generation]:
+                       stop: StopRule = StopRule(), hooks: Hooks = (), prefill_hooks: Hooks = (),
+                       on_token: Callable[[int], None] | None = None) -> list[Generation]:
         """Continue `prefix + suffixes[i]` for every row, computing the shared prefix once.
 
         Row i generates exactly what `generate([prefix + suffixes[i]])` would (tested on every
@@ -514,7 +536,7 @@ class Runtime:
                 with self._attached(list(hooks) + patch, path):
                     logits, cache = self._forward(block, mask, cache, path)
                 with self._attached(hooks, path):
-                    return self._decode(logits, cache, mask, sampling, stop, path)
+                    return self._decode(logits, cache, mask, sampling, stop, path, on_token)
         except Exception as e:  # noqa: BLE001
             if _is_oom(e):
                 raise ModelError(f"out of memory continuing {b} rows on {self.device}: use fewer continuations") from None
@@ -691,6 +713,23 @@ def _only_where(fn: Callable[..., Any], where: Bool[torch.Tensor, "rows seq"]) -
         return torch.where(keep, out, before)
 
     return hook
+
+
+#: generate() prefills a prefix shared by every row once when it is at least this long (shorter ones save little)
+SHARED_PREFIX_MIN = 64
+
+
+def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """Tokens every prompt starts with, leaving each prompt at least one token of its own."""
+    if len(prompts) < 2:
+        return 0
+    n = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for i in range(max(n, 0)):
+        t = first[i]
+        if any(p[i] != t for p in prompts):
+            return i
+    return max(n, 0)
 
 
 def _shift_rows(cache: Cache, shift: Sequence[int]) -> None:

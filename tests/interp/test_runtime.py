@@ -53,6 +53,34 @@ def test_batched_greedy_equals_one_at_a_time(tiny):
         assert np.allclose(alone.entropy, g.entropy, atol=1e-4)
 
 
+def test_shared_prefill_generates_what_each_row_would_alone(tiny):
+    """generate() prefills a prompt given several times once, and a prefix every row shares (a few-shot
+    protocol's examples) once: each row's tokens are what it generates alone, greedy and sampled, and the same
+    as with sharing off; the entropies agree to rounding."""
+    from interp.runtime import SHARED_PREFIX_MIN, _common_prefix
+
+    shots = Protocol("few-shot", shots=2)
+    bp = [b.tokens for b in prompts(tiny, shots)]
+    assert _common_prefix(bp) >= SHARED_PREFIX_MIN  # the examples: the path under test is taken
+    rows = [bp[0]] * 3 + [bp[1]] * 3 + [bp[2]] * 2
+    samp = [Sampling(0.0 if i % 3 == 0 else 1.0, 300 + i) for i in range(len(rows))]
+    shared = tiny.generate(rows, samp, NOSTOP)
+    try:
+        tiny.share_prefill = False
+        plain = tiny.generate(rows, samp, NOSTOP)
+    finally:
+        tiny.share_prefill = True
+    for r, s, g, p in zip(rows, samp, shared, plain):
+        alone = tiny.generate([r], [s], NOSTOP)[0]
+        assert g.tokens == p.tokens == alone.tokens and len(g.tokens) == 12
+        assert np.allclose(g.entropy, p.entropy, atol=1e-4)
+    short = [tiny.tokenizer(it.text)["input_ids"] for it in ITEMS]  # no long common prefix: only repeats are shared
+    assert _common_prefix(short) < SHARED_PREFIX_MIN
+    dup = tiny.generate([short[0]] * 2 + [short[1]], [Sampling(1.0, 5), Sampling(1.0, 6), Sampling()], NOSTOP)
+    assert dup[0].tokens == tiny.generate([short[0]], [Sampling(1.0, 5)], NOSTOP)[0].tokens
+    assert dup[1].tokens == tiny.generate([short[0]], [Sampling(1.0, 6)], NOSTOP)[0].tokens
+
+
 def test_sampled_attempt_regenerates_alone_and_seeds_matter(tiny):
     bp = prompts(tiny)
     s = [Sampling(1.0, 101), Sampling(1.0, 102), Sampling(1.0, 103)]
