@@ -39,6 +39,9 @@ class StudyConfig:
     svg: bool = False  #: also run the SVG arm (Exp. 2)
     batch_size: int = 8  #: attempts per generation batch and prompts per capture batch
     min_attempts: int = 1  #: valid attempts a prompt needs for a probe target
+    #: which attempts form a probe target's consensus: "all" valid ones (the paper) or "sampled" only (the greedy
+    #: attempt left out: a negative control's target; experiments.stages.probe.TARGET_ATTEMPTS)
+    target_attempts: str = "all"
     n_perm: int = 999  #: permutations of the headline Delta R^2 test (the paper preset: 2,500)
     n_perm_layers: int = 49  #: permutations per per-layer probe row
     n_boot: int = 2000  #: prompt-bootstrap resamples of every CI
@@ -84,6 +87,8 @@ class StudyConfig:
             get_medium(m)  # an unknown name is one sentence (ValueError)
         if len(set(self.media)) != len(self.media):
             raise ValueError("a medium is given twice")
+        if self.target_attempts not in ("all", "sampled"):
+            raise ValueError(f"target_attempts {self.target_attempts!r}: all or sampled")
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> "StudyConfig":
@@ -146,7 +151,7 @@ class StudyConfig:
         from experiments.stages.probe import ProbeSettings
 
         return ProbeSettings(min_attempts=self.min_attempts, n_perm=self.n_perm, n_perm_layers=self.n_perm_layers,
-                             n_boot=self.n_boot, seed=self.seed)
+                             n_boot=self.n_boot, seed=self.seed, target_attempts=self.target_attempts)
 
     def selectivity_settings(self) -> Any:
         """The selectivity stage's settings: the probe stage's targets, grid and seed (issue 16)."""
@@ -154,7 +159,8 @@ class StudyConfig:
 
         p = self.probe()
         return SelectivitySettings(min_attempts=p.min_attempts, exclude_trivial=p.exclude_trivial, n_boot=p.n_boot, seed=p.seed,
-                                   pca=p.pca, alphas=p.alphas, outer=p.outer, inner=p.inner)
+                                   pca=p.pca, alphas=p.alphas, outer=p.outer, inner=p.inner,
+                                   target_attempts=p.target_attempts)
 
     def attention_settings(self) -> Any:
         """The attention-focus stage's settings (issue 16): every valid layout attempt, every block."""
