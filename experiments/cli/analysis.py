@@ -21,16 +21,22 @@ def probe(
     exclude_trivial: bool = typer.Option(False, "--exclude-trivial/--include-trivial", help="Drop trivial renders from the consensus."),
     n_perm: int = typer.Option(2500, "--n-perm", min=0, help="Permutations of the headline Delta R^2 test (0: none)."),
     n_perm_layers: int = typer.Option(100, "--n-perm-layers", min=0, help="Permutations per per-layer own-target row (0: none)."),
-    n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Prompt-bootstrap resamples for CIs."),
+    repeats: int = typer.Option(1, "--repeats", min=1, max=50,
+                                help="Partitions of the cross-validation behind every interval (1: the study's own; more: a steadier centre, conservative width)."),
+    target_attempts: str = typer.Option("all", "--target-attempts",
+                                        help="Attempts that form a target: all (the paper's consensus) or sampled (greedy left out)."),
     seed: SeedOpt = 0,
 ) -> None:
-    """Per-layer, per-position occupancy probes (nested CV) with every control and the headline Delta R^2;
-    writes probes.jsonl and plots."""
+    """Per-layer, per-position occupancy probes (nested CV) with every control, the headline Delta R^2 and the
+    beyond-text test; writes probes.jsonl and plots."""
     from experiments.rundir import RunDir
-    from experiments.stages.probe import ProbeError, ProbeSettings, probe_stage
+    from experiments.stages.probe import TARGET_ATTEMPTS, ProbeError, ProbeSettings, probe_stage
 
+    if target_attempts not in TARGET_ATTEMPTS:
+        fail(f"--target-attempts {target_attempts!r}: use {' or '.join(TARGET_ATTEMPTS)}")
     s = ProbeSettings(tasks=tuple(tasks) if tasks else ("layout", "translation"), min_attempts=min_attempts,
-                      exclude_trivial=exclude_trivial, n_perm=n_perm, n_perm_layers=n_perm_layers, n_boot=n_boot, seed=seed)
+                      exclude_trivial=exclude_trivial, n_perm=n_perm, n_perm_layers=n_perm_layers, repeats=repeats,
+                      target_attempts=target_attempts, seed=seed)
     with run_writer(run, "ambench probe") as rd:
         try:
             rows = probe_stage(rd, models, s, progress=lambda msg: typer.echo(msg, err=True))
@@ -42,6 +48,10 @@ def probe(
             typer.echo(f"{r['model']} {r['task']} {r['target']:<8} {r['position']:<8} Delta R^2 {f3(r['delta_r2'])} "
                        f"[{f3(r['delta_ci'][0])}, {f3(r['delta_ci'][1])}] (best {f3(r['r2_resid'])}, text {f3(r['r2_text'])}) "
                        f"p {f3(r.get('p_perm'))} q {f3(r.get('q_bh'))}")
+        elif r.get("features") == "beyond_text":
+            typer.echo(f"{r['model']} {r['task']} {r['target']:<8} {r['position']:<8} beyond-text Delta {f3(r['delta_beyond'])} "
+                       f"[{f3(r['delta_ci'][0])}, {f3(r['delta_ci'][1])}] (best {f3(r['r2_resid'])}, text ceiling "
+                       f"{r['baseline']} {f3(r['r2_baseline'])}) p {f3(r.get('p_fl'))} q {f3(r.get('q_bh'))}")
         elif r.get("kind") in ("ceiling", "skipped", "targets"):
             typer.echo(json.dumps(r))
     typer.echo(f"wrote {run / RunDir.PROBES} ({len(rows)} rows) and plots in {run / RunDir.PROBE_PLOTS}")
