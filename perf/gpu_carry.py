@@ -80,6 +80,31 @@ def download_wheels(into: Path) -> list[Path]:
     return sorted(into.glob("*.whl"))
 
 
+SLACK = 64 << 10  #: bytes kept free in each load for its copy of the manifest
+
+
+def layout(sizes: list[int], wheel_bytes: int, room: int) -> tuple[list[tuple[int, int, int, int, int]], int]:
+    """Cut files of these sizes into parts that fill loads of at most `room` bytes in order, the wheels in the
+    last load: returns the parts as (file, part index, offset, size, load from 1) and the number of loads."""
+    if wheel_bytes > room - SLACK:
+        raise ValueError(f"the wheels ({wheel_bytes} bytes) do not fit a load of {room} bytes")
+    parts: list[tuple[int, int, int, int, int]] = []
+    load, free = 1, room - SLACK
+    for fi, size in enumerate(sizes):
+        offset, index = 0, 0
+        while offset < size:
+            if free <= 0:
+                load, free = load + 1, room - SLACK
+            n = min(size - offset, free)
+            parts.append((fi, index, offset, n, load))
+            free -= n
+            offset += n
+            index += 1
+    if free < wheel_bytes:
+        load += 1
+    return parts, load
+
+
 def pack(models: list[str], room: int | None) -> dict:
     """Write .gpu/ (wheels, GGUF parts, load folders, manifest) and return the manifest."""
     from interp.models import EMBEDDED, gguf_path
@@ -95,50 +120,34 @@ def pack(models: list[str], room: int | None) -> dict:
         shutil.rmtree(CARRY)
     wheels = download_wheels(CARRY / "wheels")
     wheel_bytes = sum(w.stat().st_size for w in wheels)
-    if wheel_bytes > room - (64 << 10):
-        sys.exit(f"the wheels take {wheel_bytes / 2**20:.1f} MiB, more than a call's room of {room / 2**20:.1f} MiB")
     files = []
     for m in models:
         src = gguf_path(EMBEDDED[m])
         files.append({"model": m, "name": src.name, "size": src.stat().st_size, "sha256": sha256(src), "src": str(src)})
-    # fill loads in order: model parts first, the wheels (and the check) in the last load
-    loads: list[list[dict]] = [[]]
-    free = [room]
-
-    def take(n: int) -> int:
-        if free[-1] <= 64 << 10:
-            loads.append([])
-            free.append(room)
-        got = min(n, free[-1])
-        free[-1] -= got
-        return got
-
+    try:
+        parts, n_loads = layout([f["size"] for f in files], wheel_bytes, room)
+    except ValueError as e:
+        sys.exit(str(e))
     for f in files:
-        offset, index = 0, 0
         f["parts"] = []
+    for fi, index, offset, n, load in parts:
+        f = files[fi]
         with open(f["src"], "rb") as fh:
-            while offset < f["size"]:
-                n = take(f["size"] - offset)
-                name = f"{f['name']}.part-{index:02d}"
-                data = fh.read(n)
-                part = {"name": name, "size": n, "sha256": hashlib.sha256(data).hexdigest(), "load": len(loads)}
-                folder = CARRY / f"load-{len(loads)}"
-                folder.mkdir(parents=True, exist_ok=True)
-                (folder / name).write_bytes(data)
-                f["parts"].append(part)
-                loads[-1].append(part)
-                offset += n
-                index += 1
+            fh.seek(offset)
+            data = fh.read(n)
+        name = f"{f['name']}.part-{index:02d}"
+        folder = CARRY / f"load-{load}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+        f["parts"].append({"name": name, "size": n, "sha256": hashlib.sha256(data).hexdigest(), "load": load})
+    for f in files:
         del f["src"]
-    if free[-1] < wheel_bytes + (64 << 10):
-        loads.append([])
-        free.append(room)
-    last = CARRY / f"load-{len(loads)}"
+    last = CARRY / f"load-{n_loads}"
     last.mkdir(parents=True, exist_ok=True)
     shutil.move(str(CARRY / "wheels"), str(last / "wheels"))
-    manifest = {"room": room, "tree_bytes": tree, "limit": LIMIT, "files": files, "loads": len(loads),
+    manifest = {"room": room, "tree_bytes": tree, "limit": LIMIT, "files": files, "loads": n_loads,
                 "wheels": [{"name": w.name, "size": w.stat().st_size} for w in wheels]}
-    for i in range(1, len(loads) + 1):
+    for i in range(1, n_loads + 1):
         (CARRY / f"load-{i}" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
