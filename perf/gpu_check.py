@@ -626,7 +626,8 @@ def check_gpu_tests(device: str, sz: Sizes, work: Path, seconds: float) -> list[
     passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
     ok = done.returncode == 0 and passed > 0 and counts["skipped"] == 0
     tail = (done.stdout.strip().splitlines() or ["no output"])[-1]
-    return [Row("tests marked gpu (tests/interp/test_cuda.py)", "tiny models, every paper architecture", "float32, bfloat16",
+    which = f"tiny models, -k '{sz.pytest_select}'" if sz.pytest_select else "tiny models: every paper architecture, every windowed one"
+    return [Row("tests marked gpu (tests/interp/test_cuda.py)", which, "float32, bfloat16",
                 f"{passed} passed, {counts['failures'] + counts['errors']} failed, {counts['skipped']} skipped on {device} ({tail})",
                 "all pass, none skipped", "pass" if ok else "fail", values=counts)]
 
@@ -709,7 +710,7 @@ class Organisms:
         ok, text, vals = judge_verdicts(rows_of["device"], rows_of["reference"])
         what = "ambench run --preset organisms" if self.mode == "full" else f"preset organisms, part translator on {REDUCED_PROMPTS} prompts"
         return [Row(f"organisms: same verdicts, {self.device} vs cpu float32 ({what})", "organisms", str(self.dtype or "default"),
-                    f"{text}; {self.device} run {took['device']:.0f} s, cpu run {took['reference']:.0f} s",
+                    f"{text}; {self.device} run {took['device']:.0f} s, cpu reference {took['reference']:.0f} s",
                     "every verdict the same", "pass" if ok else "fail", values=vals)]
 
 
