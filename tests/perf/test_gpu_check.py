@@ -193,7 +193,8 @@ def test_staged_parts_join_only_when_complete_and_intact(tmp_path):
 @pytest.mark.integration
 @pytest.mark.slow
 def test_the_cpu_dry_run_passes(tmp_path):
-    """`GPU_CHECK_DEVICE=cpu bash perf/gpu_check.sh` on the real models: every check, every row passing (~3-4 min)."""
+    """`GPU_CHECK_DEVICE=cpu bash perf/gpu_check.sh` on the real models: every check, every row passing (2.5-5 minutes
+    on the shared 2-core machine at load 6-12; docs/runtime.md has its table)."""
     env = {**os.environ, "GPU_CHECK_DEVICE": "cpu", "OUT": str(tmp_path), "GPU_CHECK_STAGE": str(tmp_path / "stage")}
     done = subprocess.run(["bash", "perf/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     report = json.loads((tmp_path / "gpu_check.json").read_text())
