@@ -191,7 +191,8 @@ def patch(
 ) -> None:
     """Activation patching at the cut: swap resid_pre at the statement's tokens between arms, per layer."""
     from experiments.rundir import RunDir
-    from experiments.stages.patch import PatchSettings, patch_stage, patching_table, plot_patching
+    from experiments.patching_table import patching_table, plot_patching
+    from experiments.stages.patch import PatchSettings, patch_stage
 
     from bench.intervene.splice import MOVES
 

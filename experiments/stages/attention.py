@@ -137,7 +137,7 @@ def _attention(rt: Any, rd: RunDir, model: str, s: AttentionSettings, progress: 
 
 
 def _prompt(rt: Any, rd: RunDir, key: AttemptKey) -> Any:
-    from experiments.stages.intervene import protocol_from_label
+    from experiments.cuts import protocol_from_label
     from interp.prompts import build
 
     return build(rd.prompt_item(key.task, key.prompt_id), protocol_from_label(key.protocol, key.medium), rt.tokenizer,

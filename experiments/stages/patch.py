@@ -10,14 +10,14 @@ the whole attempt key, the cut, the layer and the direction, with a hash of the 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from bench.intervene.splice import continued_drawing
-from experiments.rundir import AttemptKey, RunDir, content_hash, derive_seed, reading, writing
-from experiments.stages.intervene import _items, _tokens, plan_cuts
+from experiments.rundir import AttemptKey, RunDir, content_hash, derive_seed, writing
+from experiments.cuts import cut_tokens, plan_cuts, prompt_items
+from experiments.patching_table import patching_table, plot_patching
 from hooks.patch import replace_last
 
 PATCHING = RunDir.PATCHING
@@ -54,7 +54,7 @@ def _patch(rt: Any, rd: RunDir, model: str, s: PatchSettings, progress: Callable
            shard: tuple[int, int] | None) -> dict[str, Any]:
     from interp.runtime import Sampling, StopRule
 
-    item = _items(rd)
+    item = prompt_items(rd)
     layers = list(range(rt.info.n_layers)) if s.layers is None else list(s.layers)
     skipped = 0
     cuts, _ = plan_cuts(rd, model, s.task, limit=s.limit)
@@ -71,7 +71,7 @@ def _patch(rt: Any, rd: RunDir, model: str, s: PatchSettings, progress: Callable
         if s.moved_arm not in {a.arm for a in c["arms"]}:
             continue
         key = c["key"]
-        shared, suffixes = _tokens(rt, c, item(key.task, key.prompt_id))
+        shared, suffixes = cut_tokens(rt, c, item(key.task, key.prompt_id))
         if len(suffixes[s.moved_arm]) != len(suffixes["null-asis"]):
             skipped += 1
             continue
@@ -115,37 +115,4 @@ def _patch(rt: Any, rd: RunDir, model: str, s: PatchSettings, progress: Callable
             "layers": sorted({x["layer"] for x in rows}), "cuts_with_unequal_token_counts": skipped}
 
 
-def patching_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Continued-drawing rate per (model, task, direction, layer) over cuts."""
-    out = []
-    for model, task, direction, layer in sorted({(r["model"], r["task"], r["direction"], r["layer"]) for r in rows}):
-        sel = [r for r in rows if (r["model"], r["task"], r["direction"], r["layer"]) == (model, task, direction, layer)]
-        out.append({"model": model, "task": task, "direction": direction, "layer": layer, "cuts": len(sel),
-                    "rate": float(np.mean([r["rate"] for r in sel]))})
-    return out
-
-
-def plot_patching(rd: RunDir, rows: list[dict[str, Any]], task: str = "layout") -> Path | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    table = [r for r in patching_table(rows) if r["task"] == task]
-    if not table:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    for model, direction in sorted({(r["model"], r["direction"]) for r in table}):
-        sel = [r for r in table if (r["model"], r["direction"]) == (model, direction)]
-        ax.plot([r["layer"] for r in sel], [r["rate"] for r in sel], marker="o", label=f"{model} {direction}")
-    ax.set_xlabel("patched layer (resid_pre)")
-    ax.set_ylabel("continued drawing")
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"{task}: activation patching at the cut statement")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = rd.save_figure(fig, f"patching-{task}.png")
-    plt.close(fig)
-    return out
-
-
+__all__ = ["PATCHING", "PatchSettings", "patch_stage", "patching_table", "plot_patching"]

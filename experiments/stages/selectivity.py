@@ -52,6 +52,7 @@ class SelectivitySettings:
     tasks: tuple[str, ...] = ("layout",)  #: tasks to tabulate (layout is the paper's question)
     min_attempts: int = 1  #: valid attempts a prompt needs for a consensus target (as the probe stage)
     exclude_trivial: bool = False  #: drop trivial renders from the consensus (as the probe stage)
+    target_attempts: str = "all"  #: which attempts form the consensus (as the probe stage)
     n_boot: int = 10_000  #: prompt-clustered bootstrap resamples of every CI
     seed: int = 0  #: the probes' folds (as the probe stage) and, derived, the resamples
     pca: tuple[int, ...] = _PROBE.pca  #: PCA sizes chosen among inside the folds (as the probe stage)
@@ -95,7 +96,7 @@ def _selectivity(rd: RunDir, s: SelectivitySettings, models: list[str] | None,
             targets = {}
             for name, st in stores.items():
                 cons, counts = consensus(rd, name, task, st.meta["protocol"], st.meta.get("medium", "v1"), s.min_attempts,
-                                         s.exclude_trivial, renders)
+                                         s.exclude_trivial, renders, s.target_attempts, s.seed)
                 if counts["prompts_seen"]:
                     targets[name] = cons
             if len(targets) < 2:

@@ -121,7 +121,7 @@ def plan_attempts(run: Any, model: str, s: TrajectorySettings) -> tuple[list[Att
 def boundary_tokens(rt: Any, item: Any, a: Attempt) -> tuple[list[int], list[int]]:
     """The attempt's tokens (prompt + answer, as the capture stage builds prompts) and the token index of
     each boundary: 0 = the last prompt token; k = the last token that starts before statement k's line end."""
-    from experiments.stages.intervene import protocol_from_label
+    from experiments.cuts import protocol_from_label
     from interp.prompts import build
 
     built = build(item, protocol_from_label(a.key.protocol, a.key.medium), rt.tokenizer, chat=rt.info.chat)
@@ -141,9 +141,9 @@ def boundary_tokens(rt: Any, item: Any, a: Attempt) -> tuple[list[int], list[int
 def capture_boundaries(rt: Any, run: Any, attempts: Sequence[Attempt], s: TrajectorySettings,
                        progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
     """Per attempt: float32 [boundaries present, sites, d_model], the residual at each of its boundaries."""
-    from experiments.stages.intervene import _items
+    from experiments.cuts import prompt_items
 
-    get = _items(run)
+    get = prompt_items(run)
     out: list[np.ndarray] = []
     for i in range(0, len(attempts), s.batch_size):
         batch = attempts[i: i + s.batch_size]
