@@ -267,7 +267,6 @@ def trajectory(
     model: ModelOpt = "smollm2-135m-instruct",
     task: TaskOpt = "layout",
     boundaries: int = typer.Option(6, "--boundaries", min=1, help="Statement boundaries probed after the prompt."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Prompt-bootstrap resamples of every CI."),
     seed: SeedOpt = 0,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -278,7 +277,7 @@ def trajectory(
     """Plan or state: probe the canvas drawn so far and the final canvas at every statement boundary."""
     from experiments.stages.trajectory import TrajectorySettings, trajectory_stage, verdict
 
-    s = TrajectorySettings(task=task, boundaries=boundaries, n_boot=n_boot, seed=seed)
+    s = TrajectorySettings(task=task, boundaries=boundaries, seed=seed)
     rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
     with run_writer(run, "ambench trajectory") as rd:
         out = trajectory_stage(rt, rd, model, s)

@@ -92,7 +92,7 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
         from experiments.stages.trajectory import TrajectorySettings, trajectory_stage, verdict
 
         say(f"[model {m}] plan or state: probes at every statement boundary")
-        out = trajectory_stage(rt, rd, m, TrajectorySettings(n_boot=c.n_boot, seed=c.seed))
+        out = trajectory_stage(rt, rd, m, TrajectorySettings(seed=c.seed))
         say(f"[model {m}] plan or state: {verdict(out['rows'])}")
     elif c.trajectory:
         say(f"[model {m}] plan or state is not sharded (one forward pass per greedy attempt): run "
