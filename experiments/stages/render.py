@@ -172,7 +172,7 @@ def read_renders(run: Any, medium: str | None = None) -> dict[str, dict[str, Any
     out: dict[str, dict[str, Any]] = {}
     for store in _stores(reading(run), medium):
         out.update(store.read())
-    return out
+    return dict(sorted(out.items()))  # canonical key order: never the order of the parts (a recomputed one comes last)
 
 
 def validity(rows: Iterable[dict[str, Any]], renders: dict[str, dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
