@@ -69,7 +69,7 @@ def _stores(rd: RunDir, say: Callable[[str], None]) -> list[str]:
     """Move aside the store parts that fail to open or to verify (their rows are recomputed by the next run)."""
     from activations.renders import RenderStore
     from activations.store import repair_store
-    from experiments.stages.render import _store
+    from experiments.stages.render import render_store
 
     moved: list[str] = []
     for folder in rd.activation_stores():
@@ -82,7 +82,7 @@ def _stores(rd: RunDir, say: Callable[[str], None]) -> list[str]:
         if medium is None:
             say(f"{folder} has no meta.json: the next render stage rebuilds it from its parts")
             continue
-        moved += [str(p) for p in _store(rd, medium, say).repair()]
+        moved += [str(p) for p in render_store(rd, medium, say).repair()]
     return moved
 
 

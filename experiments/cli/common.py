@@ -113,7 +113,7 @@ def check_layers(layers: Any, n_layers: int, option: str = "--layers") -> None:
     """Block indices of the loaded model (one sentence otherwise)."""
     bad = [x for x in layers if not 0 <= x < n_layers]
     if bad:
-        fail(f"{option} {bad[0]}: the model has blocks 0..{n_layers - 1}")
+        fail(f"{option} must be in 0..{n_layers - 1} (the model's blocks), not {bad[0]}")
 
 
 def read_text(source: str) -> str:
