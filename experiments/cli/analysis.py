@@ -222,7 +222,7 @@ def patch(
     check_model(model)
     with run_writer(run, "ambench patch") as rd:
         rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
-        check_layers(layers or [], rt.info.n_layers)
+        check_layers(layers or [], rt.info.n_layers + 1, what="resid_pre of each block, then the final residual")
         counts = patch_stage(rt, rd, model, s)
         typer.echo(json.dumps(counts))
         rows = rd.rows(RunDir.PATCHING)

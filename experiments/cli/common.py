@@ -109,11 +109,11 @@ def check_task(task: str, option: str = "--task") -> None:
         fail(f"{option} {task!r}: use {' or '.join(TASKS)}")
 
 
-def check_layers(layers: Any, n_layers: int, option: str = "--layers") -> None:
-    """Block indices of the loaded model (one sentence otherwise)."""
+def check_layers(layers: Any, n_layers: int, option: str = "--layers", what: str = "the model's blocks") -> None:
+    """Indices of the loaded model's blocks (or sites) below `n_layers` (one sentence otherwise)."""
     bad = [x for x in layers if not 0 <= x < n_layers]
     if bad:
-        fail(f"{option} must be in 0..{n_layers - 1} (the model's blocks), not {bad[0]}")
+        fail(f"{option} must be in 0..{n_layers - 1} ({what}), not {bad[0]}")
 
 
 def read_text(source: str) -> str:

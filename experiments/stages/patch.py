@@ -59,9 +59,10 @@ def patch_stage(rt: Any, run: Any, model: str | None = None, s: PatchSettings = 
     ways, and sample continuations; one row per (attempt key, cut, layer, direction) in RUN/patching.jsonl.
     Cuts whose two statement lines have different token counts cannot be aligned and are counted as
     skipped. Returns counts computed from the rows on disk."""
-    bad = [x for x in (s.layers or ()) if not 0 <= x < rt.info.n_layers]
+    # resid_pre of block L, or L = n_layers: the final residual (the runtime's sites, as captured)
+    bad = [x for x in (s.layers or ()) if not 0 <= x <= rt.info.n_layers]
     if bad:  # checked before the run is opened: layer 99 once emptied patching.jsonl and then failed
-        raise RunError(f"patching layer {bad[0]}: the model has blocks 0..{rt.info.n_layers - 1}")
+        raise RunError(f"patching layer {bad[0]}: the model's sites are 0..{rt.info.n_layers}")
     with writing(run) as rd:
         return _patch(rt, rd, model or rt.info.name, s, progress, shard)
 
