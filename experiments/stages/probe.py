@@ -221,6 +221,9 @@ def _texts(run: Any, task: str, ids: list[str]) -> list[str]:
 
 def probe_stage(run: Any, models: list[str] | None = None, s: ProbeSettings = ProbeSettings(),
                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    bad = [t for t in s.tasks if t not in ROLES]
+    if bad:  # checked before the run is opened: an unknown task once wrote an empty probes.jsonl over the study's
+        raise ProbeError(f"unknown task {bad[0]!r}: probes are per task, {' or '.join(ROLES)}")
     with writing(run) as rd:
         return _probe_stage(rd, models, s, progress)
 
@@ -234,8 +237,9 @@ def open_stores(rd: RunDir, models: list[str] | None) -> dict[str, Any]:
     if not files:
         raise ProbeError(f"{rd.path} has no activations: run `ambench capture --out {rd.path}` first")
     stores = {}
+    order = rd.prompt_order()  # rows in the run's canonical prompt order, whatever the order of the store's parts
     for f in files:
-        st = ActivationStore(f)
+        st = ActivationStore(f, order)
         name = st.meta.get("name", st.meta["model"]["name"])
         if models is None or name in models or safe_name(name) in models:
             stores[name] = st

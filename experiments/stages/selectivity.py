@@ -81,6 +81,12 @@ def _nanmean(arrays: list[np.ndarray]) -> np.ndarray:
 def selectivity_stage(run: Any, s: SelectivitySettings = SelectivitySettings(), models: list[str] | None = None,
                       progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Write RUN/selectivity.jsonl (see the module docstring) and return its rows."""
+    from experiments.stages.probe import ProbeError
+    from interp.prompts import TASKS
+
+    bad = [t for t in s.tasks if t not in TASKS]
+    if bad:  # checked before the run is opened (an unknown task once replaced selectivity.jsonl)
+        raise ProbeError(f"unknown task {bad[0]!r}: selectivity is per task, {' or '.join(TASKS)}")
     with writing(run) as rd:
         return _selectivity(rd, s, models, progress or (lambda m: None))
 

@@ -48,6 +48,10 @@ class TrajectorySettings:
     final_site: str = "pre-norm"  #: the last capture site (as the capture stage)
 
     def __post_init__(self) -> None:
+        from interp.prompts import TASKS
+
+        if self.task not in TASKS:
+            raise RunError(f"trajectory task {self.task!r}: use {' or '.join(TASKS)}")
         if self.boundaries < 1 or self.min_attempts < 10 or self.batch_size < 1:
             raise RunError("trajectory settings: boundaries >= 1, min_attempts >= 10 (5-fold nested CV) and batch_size >= 1")
 
