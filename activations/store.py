@@ -81,7 +81,10 @@ class ActivationWriter:
 
     def append(self, prompt_ids: Sequence[str], resid: Float[np.ndarray, "batch site pos d"],
                token_positions: Int[np.ndarray, "batch pos"], tasks: Sequence[str],
-               inputs: Sequence[str] | None = None) -> None:
+               inputs: Sequence[str] | None = None,
+               embed_mean: Float[np.ndarray, "batch d"] | None = None) -> None:
+        """`embed_mean`: per prompt, the model's input embeddings averaged over its request's tokens (a lexical
+        baseline of the probe stage), stored in the same part with its own row checksums."""
         n = len(prompt_ids)
         if resid.shape[0] != n or token_positions.shape[0] != n or len(tasks) != n:
             raise StoreError("prompt ids, tasks, activations and positions disagree in length")
@@ -90,8 +93,16 @@ class ActivationWriter:
         dtype = self.store.fields["resid"][1]
         resid = np.asarray(resid, dtype=dtype)
 
+        if embed_mean is not None:
+            embed_mean = np.asarray(embed_mean, dtype=np.float32)
+            if embed_mean.shape != (n, self.shape[2]):
+                raise StoreError(f"embedding means of shape {embed_mean.shape}, expected {(n, self.shape[2])}")
+
         def site_crc(f: Any, arrays: Mapping[str, np.ndarray]) -> None:
             f.create_dataset("site_crc", data=_site_crc(arrays["resid"]), track_times=False)
+            if embed_mean is not None:
+                f.create_dataset("embed_mean", data=embed_mean, track_times=False)
+                f.create_dataset("embed_crc", data=_site_crc(embed_mean[:, None]).ravel(), track_times=False)
 
         self.store.append({"key": [prompt_key(t, p) for t, p in zip(tasks, prompt_ids)], "prompt_ids": list(prompt_ids),
                            "tasks": list(tasks), "input": list(inputs or [""] * n),
@@ -194,6 +205,33 @@ class ActivationStore:
                                      "was edited or corrupted: rerun the capture (the bad part is recomputed)")
                 out[out_i] = block[row]
         return out if p is None else out[:, p]
+
+    def embed_mean(self, rows: Sequence[int]) -> Float[np.ndarray, "rows d"] | None:
+        """The model's input embeddings averaged over each prompt's request (rows: indices as `rows_of` gives), each
+        row checked against its checksum; None when any of these rows was captured without them (before issue 19)."""
+        import h5py
+
+        keys = [self._keys[i] for i in rows]
+        out = np.empty((len(keys), self._dims[2]), dtype=np.float32)
+        by_part: dict[int, list[tuple[int, int]]] = {}
+        for out_i, k in enumerate(keys):
+            pi, row = self._index[k]
+            by_part.setdefault(pi, []).append((out_i, row))
+        for pi, pairs in by_part.items():
+            path = self._files[pi]
+            try:
+                with h5py.File(path, "r") as f:
+                    if "embed_mean" not in f:
+                        return None
+                    block, crc = f["embed_mean"][:], f["embed_crc"][:]
+            except OSError as e:
+                raise StoreError(f"{path} is truncated or corrupt ({str(e)[:80]}): rerun the capture") from None
+            for out_i, row in pairs:
+                if zlib.crc32(np.ascontiguousarray(block[row]).tobytes()) & 0xFFFFFFFF != int(crc[row]):
+                    raise StoreError(f"{path} row {row}: the embedding mean fails its checksum; the store was edited or "
+                                     "corrupted: rerun the capture (the bad part is recomputed)")
+                out[out_i] = block[row]
+        return out
 
     def close(self) -> None:
         pass

@@ -338,16 +338,8 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             index = [rowmap[p] for p in t.ids]
             lex = lexical_features(_texts(run, task, t.ids))
             per_pos = {pos: [st.layer(layer, pos)[index] for layer in range(n_layers)] for pos in positions}
-            emb_mean = st.embed_mean(index) if hasattr(st, "embed_mean") else None
+            emb_mean = st.embed_mean(index)  # None for a store captured before issue 19
             features[key] = {"lexical": lex, "pos": per_pos, "emb_mean": emb_mean}
-
-    def baselines(f: dict[str, Any], pos: str) -> dict[str, np.ndarray]:
-        """The lexical readings of the prompt at one position: the text's, and the model's own input embeddings."""
-        out = dict(f["lexical"])
-        out["embedding@position"] = f["pos"][pos][0]  # layer 0: the input embedding of the probed token
-        if f["emb_mean"] is not None:
-            out["embedding-mean"] = f["emb_mean"]
-        return out
 
     def sweeps(j: int) -> dict[tuple[str, ...], dict[str, Any]]:
         seed = repeat_seed(s.seed, j)
@@ -457,6 +449,9 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
            "baselines": {b: json_number(v) for b, v in r2s.items()}, "r2_resid": json_number(best.r2),
            "r2_baseline": json_number(bres.r2), "delta_beyond": json_number(delta), "delta_mean": json_number(iv.value),
            "delta_ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se), "n_perm": s.n_perm, "p_fl": None}
+    if f["emb_mean"] is None:
+        row["missing_baselines"] = {"embedding-mean": "the activations were captured without it (before issue 19): "
+                                                      "capture again to add it"}
     if s.n_perm and np.isfinite(delta):
         x = f["pos"][pos][0] if top == "embedding@position" else (f["emb_mean"] if top == "embedding-mean" else f["lexical"][top])
         fitted = fitted_values(x, t.y, s.grid, s.seed)
