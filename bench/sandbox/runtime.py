@@ -106,7 +106,9 @@ class _MathNamespace:
 
 
 def _math_namespace(overrides: dict[str, Any]) -> Any:
-    names = {n: overrides.get(n, getattr(math, n)) for n in policy.MATH_NAMES}
+    # only the names with a charge rule (bench.sandbox.meter.MATH_RULES): a function a newer Python adds is
+    # refused (AttributeError) until it has one
+    names = {n: overrides.get(n, getattr(math, n)) for n in policy.MATH_NAMES if n in meters.MATH_RULES}
     members = {k: staticmethod(v) if callable(v) else v for k, v in names.items()}
     cls = type("math", (_MathNamespace,), {"__slots__": (), "__all__": tuple(sorted(names)), **members})
     return cls()
@@ -118,13 +120,13 @@ def environment(meter: meters.Meter, limits: Limits) -> dict[str, Any]:
     builtins = meters.builtins_table(meter, limits.max_range, limits.max_collection)
     real = meters.real_types(builtins)
     builtins["__import__"] = _import_shim(math_ns)  # reached only by `import math` / `from math import ...`
-    binop = meters.binop_helper(meter, limits.max_collection)
+    binop = meters.binop_helper(meter, limits.max_collection, real)
     return {
         "__builtins__": builtins, "math": math_ns,
         policy.TICK: meter.tick, policy.BINOP: binop, policy.CMP: meters.cmp_helper(meter),
         policy.SIZED: meter.charged, policy.RENDERED: meter.rendered, policy.COPIED: meter.copied,
         policy.KEY: meter.key, policy.ATTR: meters.attr_helper(meter, real),
-        policy.SLICE: slice,
+        policy.SLICE: slice, policy.HASHED: meter.hashed, policy.GENERIC: meters.generic_helper(real, meter.key),
     }
 
 
@@ -139,7 +141,8 @@ def _reason(e: BaseException) -> str:
             parts.append(repr(a))
         else:
             parts.append(f"<{type(a).__name__}>")
-    return f"{type(e).__name__}: {', '.join(parts)[:200]}"
+    # no heap address in a reason (`f'{print!r}'` put one there): outcomes and reasons are the program's own
+    return meters.scrub(f"{type(e).__name__}: {', '.join(parts)[:200]}")
 
 
 def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
@@ -158,6 +161,8 @@ def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
     tree = normalise(tree)
     try:
         policy.check(tree)
+    except policy.TooLarge as e:
+        return ExecResult("budget", str(e), code=code)
     except policy.PolicyError as e:
         return ExecResult("forbidden", str(e), code=code)
     try:
