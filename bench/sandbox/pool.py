@@ -33,7 +33,7 @@ from bench.canvas.medium import V1, Limits, Medium
 from bench.sandbox import boundary
 from bench.sandbox.job import Job
 from bench.sandbox.kernel import Hardening
-from bench.sandbox.runtime import ExecResult
+from bench.sandbox.runtime import WALL_FACTOR, ExecResult
 
 log = logging.getLogger("ambench.sandbox")
 
@@ -293,9 +293,12 @@ def _death(exitcode: int, tail: bytes = b"") -> tuple[str, str]:
     """Outcome and reason of an attempt whose worker died with `exitcode`, given its last stderr bytes."""
     sig = -exitcode if exitcode < 0 else 0
     if sig == signal.SIGXCPU:
-        return "timeout", "CPU limit reached inside a builtin (the CPU-time backstop killed the worker)"
+        return "timeout", "CPU limit reached inside a builtin (SIGXCPU: the CPU-time backstop killed the worker)"
     if sig == signal.SIGKILL:
-        return "memory", "worker killed (out of memory)"
+        return "memory", "worker killed by SIGKILL (out of memory)"
+    if sig == signal.SIGALRM:
+        return "backstop", (f"wall-clock backstop: SIGALRM after {WALL_FACTOR} x the phase's CPU limit of wall-clock "
+                            "time (CPU time, not wall-clock time, decides timeout; the machine may be overloaded)")
     lines = [line.strip() for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
     oom = [line for line in lines if any(m.decode() in line for m in _OUT_OF_MEMORY)]
     said = f": {boundary.clean_text((oom or lines)[-1], 160, one_line=True)}" if lines else ""

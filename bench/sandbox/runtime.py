@@ -244,11 +244,28 @@ def shapes_within_bound(medium: Medium, calls: list[Call], limits: Limits) -> li
     return geoms
 
 
+#: wall-clock time one phase (preparing, running, scoring) may take in a sandbox worker, as a multiple of its
+#: CPU limit, before the worker is killed: SIGALRM at its default action ends the process even inside one
+#: long C call, which neither ITIMER_PROF (seen when the call returns) nor the RLIMIT_CPU backstop (seconds
+#: of CPU later, and longer still in wall-clock time on a loaded machine) stops in time
+WALL_FACTOR = 3
+_kill_on_wall_clock = False
+
+
+def kill_on_wall_clock() -> None:
+    """Make every `cpu_limit` in this process also kill it after WALL_FACTOR x its seconds of wall-clock time.
+    Sandbox workers only: in any other process (a test, `ambench render`) it would end that process."""
+    global _kill_on_wall_clock
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    _kill_on_wall_clock = True
+
+
 @contextmanager
 def cpu_limit(seconds: float):
     """Raise CpuTimeout in this thread once the process has used `seconds` more CPU time (ITIMER_PROF:
     CPU time, not wall-clock time, so the limit does not depend on the machine's load). Code stuck
-    inside C sees it when it returns; the worker's RLIMIT_CPU backstop covers code that never does."""
+    inside C sees it when it returns; in a sandbox worker the wall clock kills it at WALL_FACTOR x
+    `seconds` (`kill_on_wall_clock`), and the RLIMIT_CPU backstop remains behind both."""
     if not _main_thread():
         yield
         return
@@ -259,11 +276,15 @@ def cpu_limit(seconds: float):
     old = signal.signal(signal.SIGPROF, on_cpu)
     try:
         signal.setitimer(signal.ITIMER_PROF, seconds)
+        if _kill_on_wall_clock:
+            signal.setitimer(signal.ITIMER_REAL, WALL_FACTOR * seconds)
         try:
             yield
         finally:
             # disarm before any handler runs, so a late tick cannot replace the outcome already decided
             signal.setitimer(signal.ITIMER_PROF, 0)
+            if _kill_on_wall_clock:
+                signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
         signal.signal(signal.SIGPROF, old)
 

@@ -9,8 +9,11 @@ and records its address space as its *base*.
 Outcomes depend only on the program, not on what ran before it or on the machine's load:
 - **CPU time decides `timeout`.** Each program gets `cpu_seconds` of CPU time (ITIMER_PROF), and
   scoring gets its own `cpu_seconds`; an RLIMIT_CPU backstop a second or two later kills a worker
-  stuck inside C (resvg, GEOS), which the pool records as `timeout` too. Wall-clock time is only the
-  pool's far backstop (`Limits.wall_seconds`, outcome `backstop`).
+  stuck inside C (resvg, GEOS), which the pool records as `timeout` too. Wall-clock time never decides
+  an outcome: a phase (preparing, running, scoring) that takes 3 x its CPU limit of wall-clock time
+  kills the worker (SIGALRM, even inside one long C call), which the pool records as `backstop`, and the
+  pool itself has a far backstop (`Limits.wall_seconds`, outcome `backstop`) for a worker that stops
+  answering between phases.
 - **Memory is measured per program.** Before each program the address-space limit is set to where
   the worker stands plus `memory_mb`; after it, a worker whose address space stayed more than
   `RECYCLE_SLACK_MB` above its base (a heap that a big program grew and the allocator kept) says so
@@ -43,7 +46,9 @@ from bench.canvas.medium import Limits, Medium  # noqa: E402
 from bench.sandbox import boundary  # noqa: E402
 from bench.sandbox.job import Job  # noqa: E402
 from bench.sandbox.kernel import Hardening, install, read_roots  # noqa: E402
-from bench.sandbox.runtime import PREPARE_CPU_FACTOR, CpuTimeout, ExecResult, cpu_limit, execute  # noqa: E402
+from bench.sandbox.runtime import (  # noqa: E402
+    PREPARE_CPU_FACTOR, CpuTimeout, ExecResult, cpu_limit, execute, kill_on_wall_clock,
+)
 
 RECYCLE_SLACK_MB = 48  #: address space a worker may keep above its base before it is replaced
 LIFETIME_CPU_SECONDS = 3_600  #: hard RLIMIT_CPU over a worker's life (it is replaced before reaching it)
@@ -205,6 +210,7 @@ def serve(conn: Any) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     report = install(hardening, read_roots())
+    kill_on_wall_clock()  # each phase's CPU limit x 3 of wall-clock time, then SIGALRM ends the worker
     sys.setrecursionlimit(1000)
     _warm_up(state)
     state.base = state.address_space()
