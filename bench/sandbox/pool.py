@@ -297,8 +297,10 @@ def _death(exitcode: int, tail: bytes = b"") -> tuple[str, str]:
     if sig == signal.SIGKILL:
         return "memory", "worker killed by SIGKILL (out of memory)"
     if sig == signal.SIGALRM:
-        return "backstop", (f"wall-clock backstop: SIGALRM after {WALL_FACTOR} x the phase's CPU limit of wall-clock "
-                            "time (CPU time, not wall-clock time, decides timeout; the machine may be overloaded)")
+        # the same outcome as the CPU backstop it overtakes for a worker stuck inside one C call: a program
+        # the work units bound (at most about 0.6 s of CPU) meets it only on less than a tenth of a core
+        return "timeout", (f"killed by SIGALRM after {WALL_FACTOR} x the CPU limit of wall-clock time in one phase "
+                           "(stuck inside a builtin)")
     lines = [line.strip() for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
     oom = [line for line in lines if any(m.decode() in line for m in _OUT_OF_MEMORY)]
     said = f": {boundary.clean_text((oom or lines)[-1], 160, one_line=True)}" if lines else ""

@@ -9,11 +9,12 @@ and records its address space as its *base*.
 Outcomes depend only on the program, not on what ran before it or on the machine's load:
 - **CPU time decides `timeout`.** Each program gets `cpu_seconds` of CPU time (ITIMER_PROF), and
   scoring gets its own `cpu_seconds`; an RLIMIT_CPU backstop a second or two later kills a worker
-  stuck inside C (resvg, GEOS), which the pool records as `timeout` too. Wall-clock time never decides
-  an outcome: a phase (preparing, running, scoring) that takes 3 x its CPU limit of wall-clock time
-  kills the worker (SIGALRM, even inside one long C call), which the pool records as `backstop`, and the
-  pool itself has a far backstop (`Limits.wall_seconds`, outcome `backstop`) for a worker that stops
-  answering between phases.
+  stuck inside C (resvg, GEOS), which the pool records as `timeout` too. Wall-clock time does not decide
+  an outcome on its own: a phase (preparing, running, scoring) that takes 3 x its CPU limit of wall-clock
+  time kills the worker (SIGALRM, even inside one long C call), which the pool records as `timeout`, the
+  outcome of the CPU backstop it overtakes (a program the work units bound meets it only on less than a
+  tenth of a core); the pool itself has a far backstop (`Limits.wall_seconds`, outcome `backstop`) for a
+  worker that stops answering between phases.
 - **Memory is measured per program.** Before each program the address-space limit is set to where
   the worker stands plus `memory_mb`; after it, a worker whose address space stayed more than
   `RECYCLE_SLACK_MB` above its base (a heap that a big program grew and the allocator kept) says so
