@@ -193,7 +193,7 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
         return prepared
     code, compiled = prepared
     canvas = medium.new_canvas(limits)
-    meter = meters.Meter(limits.max_ops)
+    meter = meters.Meter(limits.max_ops, wall_clock_progress if _kill_on_wall_clock else None)
     canvas.charge = meter.charge
     env = environment(meter, limits)
     env.update(canvas.functions())
@@ -236,6 +236,7 @@ def shapes_within_bound(medium: Medium, calls: list[Call], limits: Limits) -> li
     computing all of them (the polygons' own points are bounded as they are drawn, in Canvas)."""
     geoms, carried = [], 0
     for c in calls:
+        wall_clock_progress()
         g = shape_of(medium, c)
         carried += int(shapely.get_num_coordinates(g))
         if carried > limits.max_total_vertices:
@@ -250,22 +251,36 @@ def shapes_within_bound(medium: Medium, calls: list[Call], limits: Limits) -> li
 #: of CPU later, and longer still in wall-clock time on a loaded machine) stops in time
 WALL_FACTOR = 3
 _kill_on_wall_clock = False
+_wall_seconds = 0.0  #: the wall-clock allowance of the phase in progress (0: none)
 
 
 def kill_on_wall_clock() -> None:
-    """Make every `cpu_limit` in this process also kill it after WALL_FACTOR x its seconds of wall-clock time.
-    Sandbox workers only: in any other process (a test, `ambench render`) it would end that process."""
+    """Make every `cpu_limit` in this process also kill it after WALL_FACTOR x its seconds of wall-clock time
+    without progress (`wall_clock_progress`). Sandbox workers only: in any other process (a test, `ambench
+    render`) it would end that process."""
     global _kill_on_wall_clock
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     _kill_on_wall_clock = True
 
 
+def wall_clock_progress() -> None:
+    """The phase in progress is not stuck inside C: its wall-clock allowance starts again. Called by the meter
+    every PROGRESS_UNITS work units and per shape computed, so the wall clock stops a worker stuck in one C
+    call, never a program that is being charged on a machine that gives it little of a core (a program at
+    the full budget took over 6 s of wall-clock time with six workers, two busy loops and other work on
+    two cores)."""
+    if _kill_on_wall_clock and _wall_seconds:
+        signal.setitimer(signal.ITIMER_REAL, _wall_seconds)
+
+
 @contextmanager
-def cpu_limit(seconds: float):
+def cpu_limit(seconds: float, wall: bool = True):
     """Raise CpuTimeout in this thread once the process has used `seconds` more CPU time (ITIMER_PROF:
     CPU time, not wall-clock time, so the limit does not depend on the machine's load). Code stuck
-    inside C sees it when it returns; in a sandbox worker the wall clock kills it at WALL_FACTOR x
-    `seconds` (`kill_on_wall_clock`), and the RLIMIT_CPU backstop remains behind both."""
+    inside C sees it when it returns. In a sandbox worker (`kill_on_wall_clock`) RLIMIT_CPU kills it at
+    WALL_FACTOR x `seconds` of CPU, and, with `wall`, the wall clock at WALL_FACTOR x `seconds` without
+    progress. `wall=False` is for one long C call that has no progress to show (an SVG render, scoring):
+    the wall clock flipped a 0.79 s-CPU SVG to `timeout` beside busy loops, so those stay decided by CPU."""
     if not _main_thread():
         yield
         return
@@ -273,20 +288,38 @@ def cpu_limit(seconds: float):
     def on_cpu(signum: int, frame: Any) -> None:
         raise CpuTimeout()
 
+    global _wall_seconds
     old = signal.signal(signal.SIGPROF, on_cpu)
     try:
         signal.setitimer(signal.ITIMER_PROF, seconds)
         if _kill_on_wall_clock:
-            signal.setitimer(signal.ITIMER_REAL, WALL_FACTOR * seconds)
+            _cpu_backstop(WALL_FACTOR * seconds)
+            if wall:
+                _wall_seconds = WALL_FACTOR * seconds
+                signal.setitimer(signal.ITIMER_REAL, _wall_seconds)
         try:
             yield
         finally:
             # disarm before any handler runs, so a late tick cannot replace the outcome already decided
             signal.setitimer(signal.ITIMER_PROF, 0)
             if _kill_on_wall_clock:
+                _wall_seconds = 0.0
                 signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
         signal.signal(signal.SIGPROF, old)
+
+
+def _cpu_backstop(seconds: float) -> None:
+    """RLIMIT_CPU (SIGXCPU, which the pool records as `timeout`) `seconds` of CPU from now, under the worker's
+    hard limit: a phase stuck in C stops at a fixed CPU cost (it was about 12 s for a program)."""
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(used.ru_utime + used.ru_stime) + math.ceil(seconds) + 1
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 def _main_thread() -> bool:

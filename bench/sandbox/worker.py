@@ -10,11 +10,12 @@ Outcomes depend only on the program, not on what ran before it or on the machine
 - **CPU time decides `timeout`.** Each program gets `cpu_seconds` of CPU time (ITIMER_PROF), and
   scoring gets its own `cpu_seconds`; an RLIMIT_CPU backstop a second or two later kills a worker
   stuck inside C (resvg, GEOS), which the pool records as `timeout` too. Wall-clock time does not decide
-  an outcome on its own: a phase (preparing, running, scoring) that takes 3 x its CPU limit of wall-clock
-  time kills the worker (SIGALRM, even inside one long C call), which the pool records as `timeout`, the
-  outcome of the CPU backstop it overtakes (a program the work units bound meets it only on less than a
-  tenth of a core); the pool itself has a far backstop (`Limits.wall_seconds`, outcome `backstop`) for a
-  worker that stops answering between phases.
+  an outcome on its own: preparing or running a canvas program that goes 3 x its CPU limit of wall-clock
+  time without progress (work units charged, shapes computed) kills the worker (SIGALRM, even inside one
+  long C call), which the pool records as `timeout`, the outcome of the CPU backstop it overtakes; an SVG
+  render and scoring (single C calls with no progress to show) are stopped by RLIMIT_CPU at 3 x their CPU
+  limit. The pool itself has a far backstop (`Limits.wall_seconds`, outcome `backstop`) for a worker that
+  stops answering between phases.
 - **Memory is measured per program.** Before each program the address-space limit is set to where
   the worker stands plus `memory_mb`; after it, a worker whose address space stayed more than
   `RECYCLE_SLACK_MB` above its base (a heap that a big program grew and the allocator kept) says so
@@ -155,7 +156,7 @@ def _score(state: _State, result: ExecResult, ref: Any) -> ExecResult:
         result.score = zero_score(len(scored_parts(ref)))
         return result
     try:
-        with cpu_limit(state.limits.cpu_seconds):
+        with cpu_limit(state.limits.cpu_seconds, wall=False):  # GEOS calls: no progress to show
             result.score = score_result(result, rg)
     except CpuTimeout:
         failed = ExecResult("budget", f"scoring needed over {state.limits.cpu_seconds:g} s of CPU (geometry too complex)",
@@ -174,7 +175,7 @@ def run_job(state: _State, job: Job) -> ExecResult:
         if job.kind == "svg":
             from bench.svg.render import render_answer
 
-            with cpu_limit(limits.cpu_seconds):
+            with cpu_limit(limits.cpu_seconds, wall=False):  # one resvg call: decided by CPU time
                 result = render_answer(job.text, job.size, job.native)
         elif state.hardening.python_layers:
             result = execute(job.text, medium, limits)
@@ -211,7 +212,7 @@ def serve(conn: Any) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     report = install(hardening, read_roots())
-    kill_on_wall_clock()  # each phase's CPU limit x 3 of wall-clock time, then SIGALRM ends the worker
+    kill_on_wall_clock()  # 3 x a phase's CPU limit: of CPU (RLIMIT_CPU), and of wall clock without progress (SIGALRM)
     sys.setrecursionlimit(1000)
     _warm_up(state)
     state.base = state.address_space()

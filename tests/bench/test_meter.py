@@ -254,6 +254,7 @@ AS_CPYTHON = {
     "math.fsum takes one argument": "import math\nhit = []\ndef f(g):\n    hit.append(g)\n    return 0.0\n"
                                     "x = math.fsum([1.0], f)\nrect(0, 0, 1, 1 + len(hit), 'red')",
     "a program that mutates the list it sorts": "a = [3, 1, 2]\ndef k(x):\n    a.append(x)\n    return x\na.sort(key=k)",
+    "list.sort takes keywords only": "a = [3, 1, 2]\na.sort(len)",
 }
 
 
