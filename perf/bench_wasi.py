@@ -13,8 +13,10 @@ start-up); the host's `fd_read` hands the guest its next program and sets that p
 moment, so a program's fuel is exactly what it spends; the guest records primitive calls (the build has no
 numpy or shapely) and the host draws and shapes them with the same canvas as today. Printed, in one run:
 1. compiling the module, a fresh instance's start-up (time and fuel);
-2. per-program cost in a warm instance (guest only), and throughput on the typical programs of
-   perf/bench_sandbox.py: today's pool and the WASI pipeline (check, run, draw, shape) with as many workers;
+2. per-program CPU on the typical programs of perf/bench_sandbox.py, in one process: today's executor and
+   the WASI pipeline's parts (the policy in the host, the guest in a warm instance, drawing and shapes in the
+   host); then throughput with as many workers each: today's pool and the WASI pipeline (which returns
+   outcomes only, not the pool's encoded results);
 3. the found classes of issue 22 and the programs refused before they run: outcome, fuel, CPU, at the fuel
    budget that lets a loop at 95% of today's work-unit budget finish;
 4. determinism: one program's fuel after different predecessors in the same instance, and the classes'
@@ -55,6 +57,7 @@ CACHE = ROOT / ".wasi" / "python.cwasm"
 #: over), run it with primitives that record their calls, write one JSON line, collect its garbage
 GUEST = r'''
 import gc, json, os, sys
+GC_GENERATION = int(os.environ.get("AMBENCH_GC", "2"))
 def read(n):
     b = b""
     while len(b) < n:
@@ -95,7 +98,7 @@ while True:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
     env = calls = out = line = None
-    gc.collect()
+    gc.collect(GC_GENERATION)
 '''
 
 
@@ -117,12 +120,13 @@ def _engine() -> tuple[Any, Any, float]:
 class WarmRunner:
     """One warm CPython-on-WASI instance that runs many programs, each with its own fuel."""
 
-    def __init__(self, fuel: int, memory_mb: int = 768, engine: Any = None) -> None:
+    def __init__(self, fuel: int, memory_mb: int = 768, engine: Any = None, gc_generation: int = 2) -> None:
         import wasmtime
 
         self.w = wasmtime
         self.eng, self.mod = engine if engine else _engine()[:2]
         self.fuel, self.memory = fuel, memory_mb * 1024 * 1024
+        self.gc_generation = gc_generation  #: what the guest collects after each program (2: everything)
         self.linker = wasmtime.Linker(self.eng)
         self.linker.define_wasi()
         self.linker.allow_shadowing = True
@@ -196,7 +200,7 @@ class WarmRunner:
         self.store = w.Store(self.eng)
         cfg = w.WasiConfig()
         cfg.argv = ("python", "-S", "-c", GUEST)  # not -I: it would ignore PYTHONHASHSEED
-        cfg.env = [("PYTHONHASHSEED", "0")]
+        cfg.env = [("PYTHONHASHSEED", "0"), ("AMBENCH_GC", str(self.gc_generation))]
         cfg.stdout_custom = lambda data: self.out.append(bytes(data)) or len(data)
         cfg.stderr_custom = lambda data: len(data)
         self.store.set_wasi(cfg)
@@ -263,7 +267,7 @@ def draw_host(result: dict, limits: Limits) -> str:
 
 def _wasi_worker(args: tuple[list[str], int]) -> list[str]:
     texts, fuel = args
-    runner = WarmRunner(fuel)
+    runner = WarmRunner(fuel, gc_generation=0)
     codes = [prepare_host(t) for t in texts]
     runnable = [c for c in codes if c is not None]
     ran = iter(runner.run(runnable))
@@ -333,17 +337,37 @@ def main() -> None:
     print(f"[{_load()}] fuel budget {fuel:,} (the 95%-of-units loop used {near['fuel']:,} in {near['cpu']:.2f} s of CPU; "
           f"native {0.5:.1f} s at the full unit budget); the loop just over the unit budget: {over['o']}")
 
-    # 2. warm per-program cost and throughput
+    # 2. per-program CPU in one process, side by side: today's executor, and the WASI pipeline's three parts
     texts = typical_programs(args.n, seed=0)
-    codes = [prepare_host(t) for t in texts]
-    warm = WarmRunner(fuel, engine=(eng, mod))
-    t, c = time.perf_counter(), time.process_time()
-    res = warm.run([x for x in codes if x is not None])
-    guest_s, guest_cpu = time.perf_counter() - t, time.process_time() - c
-    fuels = sorted(x["fuel"] for x in res)
-    print(f"[{_load()}] warm instance, guest only: {len(res)} typical programs in {guest_s:.2f} s "
-          f"({guest_s / len(res) * 1e3:.2f} ms each, {guest_cpu / len(res) * 1e3:.2f} ms CPU); fuel median "
-          f"{fuels[len(fuels) // 2]:,}, max {fuels[-1]:,}; instances started {warm.starts}")
+    sample = texts[: min(600, args.n)]
+    from bench.sandbox.runtime import execute
+
+    c = time.process_time()
+    for x in sample:
+        execute(x)
+    today_ms = (time.process_time() - c) / len(sample) * 1e3
+    c = time.process_time()
+    codes = [prepare_host(x) for x in sample]
+    policy_ms = (time.process_time() - c) / len(sample) * 1e3
+    guest_ms = {}
+    for gen in (2, 0):
+        warm = WarmRunner(fuel, engine=(eng, mod), gc_generation=gen)
+        warm.run(["pass"])  # the instance's first program pays the interpreter's lazy set-up
+        c = time.process_time()
+        res = warm.run([x for x in codes if x is not None])
+        guest_ms[gen] = (time.process_time() - c) / len(res) * 1e3
+        fuels = sorted(x["fuel"] for x in res)
+        print(f"[{_load()}] warm instance, guest only, collecting generation {gen} after each program: "
+              f"{guest_ms[gen]:.2f} ms of CPU per typical program; fuel median {fuels[len(fuels) // 2]:,}, max {fuels[-1]:,}")
+    limits = Limits()
+    c = time.process_time()
+    for x in res:
+        draw_host(x, limits)
+    draw_ms = (time.process_time() - c) / len(res) * 1e3
+    wasi_ms = policy_ms + guest_ms[0] + draw_ms
+    print(f"[{_load()}] CPU per typical program, one process: today's executor {today_ms:.2f} ms; WASI: policy "
+          f"{policy_ms:.2f} + guest {guest_ms[0]:.2f} + draw and shapes {draw_ms:.2f} = {wasi_ms:.2f} ms "
+          f"(ratio of throughputs WASI/today {today_ms / wasi_ms:.2f}; goal >= 0.33)")
 
     from bench.sandbox.pool import SandboxPool
 
@@ -408,7 +432,8 @@ def main() -> None:
         for k in (0, 1, 5, 20):
             rr = WarmRunner(fuel, engine=(eng, mod)).run([x for x in codes[:k] if x is not None] + [loop])
             got.append(rr[-1]["o"])
-        rows.append(f"{share:.0%}: {' '.join(got)}")
+        fresh_o = [WarmRunner(fuel, engine=(eng, mod)).run([loop])[0]["o"] for _ in range(2)]
+        rows.append(f"{share:.0%}: {' '.join(got)} (first in a fresh instance, twice: {' '.join(fresh_o)})")
     print(f"[{_load()}] a loop at 99% / 101% of the fuel budget, after 0/1/5/20 other programs in its instance: "
           f"{'; '.join(rows)} (the work-unit meter gives ok / budget whatever ran before)")
 
