@@ -269,19 +269,22 @@ CMPOPS: dict[str, Callable[[Any, Any], Any]] = {
 
 
 #: a printf-style conversion: its width and precision (digits or `*`) build that much text
-_PRINTF = re.compile(r"%(?:\([^)]*\))?[#0 +-]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?[a-zA-Z%]")
+_PRINTF = re.compile(r"%(?:\([^)]*\))?[#0 +-]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?([a-zA-Z%])")
 
 
 def _printf_units(fmt: str, args: Any) -> int:
     """Units of the text `fmt % args` pads to (refused past MAX_FORMAT_WIDTH, as f-string widths): the
-    widths and precisions in its conversions, `*` ones read from the arguments."""
-    stars = iter(args if type(args) is tuple else (args,))
-    padded = 0
+    widths and precisions in its conversions, a `*` one read from the arguments in the order `%` reads them
+    (each `*`, then the conversion's own value)."""
+    values = args if type(args) is tuple else (args,)
+    at, padded = 0, 0
     for m in _PRINTF.finditer(fmt):
-        for field in m.groups():
+        width, precision, conversion = m.groups()
+        for field in (width, precision):
             if field == "*":
-                w = next(stars, 0)
-                w = abs(w) if type(w) is int else 0
+                w = values[at] if at < len(values) else 0
+                at += 1
+                w = abs(w) if type(w) in (int, bool) else 0
             elif field:
                 w = int(field) if len(field) < 8 else MAX_FORMAT_WIDTH + 1
             else:
@@ -289,6 +292,8 @@ def _printf_units(fmt: str, args: Any) -> int:
             if w > MAX_FORMAT_WIDTH:
                 raise BudgetExceeded(f"a format width or precision over {MAX_FORMAT_WIDTH}")
             padded += w
+        if conversion != "%":
+            at += 1
     return padded // CHARS_PER_UNIT
 
 

@@ -141,4 +141,5 @@ REFUSED = {
     "90,000-digit hex literal": "x = 0x" + "f" * 90000 + "\ny = x % 7",
     "400,000-deep tuple hashed": "t = ()\nfor i in range(400000):\n    t = (t,)\nd = {t: 1}",
     "zfill far": "s = '1'.zfill(100000000)",
+    "% * width after a value": "s = '%s%*d' % ('a', 100000000, 1)",
 }
