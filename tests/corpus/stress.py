@@ -126,12 +126,16 @@ def programs(max_ops: int) -> dict[str, str]:
         "isinstance nested": "ts = (int,) * 1000\nts2 = (ts,) * 1000\nwhile True:\n    x = isinstance(1.5, ts2)",
         "filter(None)": "z = [0] * 1000000\nwhile True:\n    x = list(filter(None, z))",
         "{*[big] * k}": BIG + "while True:\n    s = {*[t] * 10}",
+        # found in review: zip and map pull from every iterable per item (19.5 s of CPU at the full budget)
+        "zip(*[a] * 100000)": "a = [1] * 10\nwhile True:\n    x = list(zip(*[a] * 100000))",
+        "map(max, *[a] * 100000)": "a = [1] * 10\nwhile True:\n    x = list(map(max, *[a] * 100000))",
     }
 
 
 #: the rows of `programs` that are issue 22's found classes
 FOUND_CLASSES = ("dict view ^ map", "dict |= zip", "float(long str)", "math.dist long", "str.count n*m", "x in str n*m",
-                 ".split n*m", ".strip(chars) n*m", "% float width", "isinstance nested", "filter(None)", "{*[big] * k}")
+                 ".split n*m", ".strip(chars) n*m", "% float width", "isinstance nested", "filter(None)", "{*[big] * k}",
+                 "zip(*[a] * 100000)", "map(max, *[a] * 100000)")
 
 #: refused before they run, whatever the budget: each must end `budget` with a reason of its own
 REFUSED = {
