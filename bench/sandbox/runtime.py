@@ -292,8 +292,8 @@ def wall_clock_progress() -> None:
 def cpu_limit(seconds: float, wall: bool = True):
     """Raise CpuTimeout in this thread once the process has used `seconds` more CPU time (ITIMER_PROF:
     CPU time, not wall-clock time, so the limit does not depend on the machine's load). Code stuck
-    inside C sees it when it returns. In a sandbox worker (`kill_on_wall_clock`) RLIMIT_CPU kills it at
-    WALL_FACTOR x `seconds` of CPU, and, with `wall`, the wall clock at WALL_FACTOR x `seconds` without
+    inside C sees it when it returns. In a sandbox worker (`kill_on_wall_clock`) RLIMIT_CPU kills it a
+    second or two past `seconds` of CPU, and, with `wall`, the wall clock at WALL_FACTOR x `seconds` without
     progress. `wall=False` is for one long C call that has no progress to show (an SVG render, scoring):
     the wall clock flipped a 0.79 s-CPU SVG to `timeout` beside busy loops, so those stay decided by CPU."""
     if not _main_thread():
@@ -308,7 +308,7 @@ def cpu_limit(seconds: float, wall: bool = True):
     try:
         signal.setitimer(signal.ITIMER_PROF, seconds)
         if _kill_on_wall_clock:
-            _cpu_backstop(WALL_FACTOR * seconds)
+            _cpu_backstop(seconds)
             if wall:
                 _wall_seconds = WALL_FACTOR * seconds
                 signal.setitimer(signal.ITIMER_REAL, _wall_seconds)
@@ -325,8 +325,10 @@ def cpu_limit(seconds: float, wall: bool = True):
 
 
 def _cpu_backstop(seconds: float) -> None:
-    """RLIMIT_CPU (SIGXCPU, which the pool records as `timeout`) `seconds` of CPU from now, under the worker's
-    hard limit: a phase stuck in C stops at a fixed CPU cost (it was about 12 s for a program)."""
+    """RLIMIT_CPU (SIGXCPU, which the pool records as `timeout`) one to two seconds past `seconds` of CPU from
+    now, under the worker's hard limit: a phase stuck in C stops soon after its own limit (it was about 12 s
+    of CPU for a program; at 3x the limit, the 9.5 s SVG reached the pool's 60 s far backstop with a twelfth
+    of a core)."""
     import resource
 
     used = resource.getrusage(resource.RUSAGE_SELF)

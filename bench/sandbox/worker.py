@@ -13,8 +13,8 @@ Outcomes depend only on the program, not on what ran before it or on the machine
   an outcome on its own: preparing or running a canvas program that goes 3 x its CPU limit of wall-clock
   time without progress (work units charged, shapes computed) kills the worker (SIGALRM, even inside one
   long C call), which the pool records as `timeout`, the outcome of the CPU backstop it overtakes; an SVG
-  render and scoring (single C calls with no progress to show) are stopped by RLIMIT_CPU at 3 x their CPU
-  limit. The pool itself has a far backstop (`Limits.wall_seconds`, outcome `backstop`) for a worker that
+  render and scoring (single C calls with no progress to show) are stopped by RLIMIT_CPU a second or two
+  past their CPU limit. The pool itself has a far backstop (`Limits.wall_seconds`, outcome `backstop`) for a worker that
   stops answering between phases.
 - **Memory is measured per program.** Before each program the address-space limit is set to where
   the worker stands plus `memory_mb`; after it, a worker whose address space stayed more than
@@ -212,7 +212,7 @@ def serve(conn: Any) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     report = install(hardening, read_roots())
-    kill_on_wall_clock()  # 3 x a phase's CPU limit: of CPU (RLIMIT_CPU), and of wall clock without progress (SIGALRM)
+    kill_on_wall_clock()  # per phase: RLIMIT_CPU just past its CPU limit, SIGALRM at 3x it without progress
     sys.setrecursionlimit(1000)
     _warm_up(state)
     state.base = state.address_space()
