@@ -81,7 +81,11 @@ class SandboxPool:
         # caller: nothing of the parent (a loaded model, open files, threads) leaks into it, and the
         # caller's script is not re-imported the way multiprocessing's spawn does.
         parent_sock, child_sock = socket.socketpair()
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        # PYTHONHASHSEED: string hashes are seeded at random per process, so a program iterating over a set of
+        # colour names drew in an order that depended on which worker ran it (issue 22: an outcome is a
+        # function of the program). A fixed seed costs nothing here: flooding a dict with colliding strings
+        # needs full 64-bit collisions, and colliding integers need no seed at all.
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
         # stderr comes back through a pipe the pool drains: a worker's last words say why it died (a Rust
         # "memory allocation ... failed" before SIGABRT is `memory`, not `crash`), and never fill a terminal
         err_r, err_w = os.pipe()

@@ -86,3 +86,19 @@ def test_memory_is_measured_per_program():
         got = [r.outcome for r in pool.run([BIG_STRING, GROW, BIG_STRING, BIG_STRING])]
         assert got == ["ok"] * 4  # was ok, ok, memory, memory: the grown heap counted against later programs
         assert pool.recycled >= 1  # the worker whose heap grew was replaced, no attempt charged
+
+
+def test_a_program_draws_the_same_in_any_worker():
+    # the order of a set of strings follows their hashes, seeded at random per process unless the worker fixes
+    # the seed: the same program drew its 30 colours in a different order in each worker
+    from bench.canvas.palette import v1_palette
+
+    names = list(v1_palette().colors)  # the 30 named colours
+    program = f"for i, c in enumerate({set(names)!r}):\n    set_pixel(i % 24, i // 24, c)"
+    drawn = []
+    for _ in range(3):
+        with SandboxPool(workers=1) as pool:
+            r = pool.run_one(program)
+        assert r.valid, r.reason
+        drawn.append(r.pixels)
+    assert all((d == drawn[0]).all() for d in drawn)
