@@ -29,7 +29,7 @@ from activations.base import PartStore, StoreError, strings
 DTYPES = {"float32": np.float32, "float16": np.float16}
 CHECKED = ["key", "prompt_ids", "tasks", "token_positions", "input"]
 
-__all__ = ["ActivationStore", "ActivationWriter", "StoreError", "prompt_key"]
+__all__ = ["ActivationStore", "ActivationWriter", "StoreError", "prompt_key", "repair_store"]
 
 
 def prompt_key(task: str, prompt_id: str) -> str:
@@ -67,6 +67,7 @@ class ActivationWriter:
     def __init__(self, folder: str | Path, n_sites: int, n_positions: int, d_model: int, meta: Mapping[str, Any],
                  dtype: str = "float32", say: Callable[[str], None] | None = None) -> None:
         self.store = _store(Path(folder), n_sites, n_positions, d_model, meta, dtype, say)
+        self.store.rebuild_meta()
         self.store.check(repair=True)
         self.shape = (n_sites, n_positions, d_model)
 
@@ -107,13 +108,21 @@ class ActivationWriter:
 
 
 class ActivationStore:
-    """Read an activation store lazily: `layer(L)` loads one layer (verified), never the whole store."""
+    """Read an activation store lazily: `layer(L)` loads one layer (verified), never the whole store.
 
-    def __init__(self, folder: str | Path) -> None:
+    `order` ((task, prompt id) -> rank, e.g. the run's prompts.jsonl order) is the canonical order in which
+    `rows_of` lists prompts; without it, prompts are listed by id. Never the order of the parts: a part
+    recomputed after damage comes last, and an analysis that followed it would change its results."""
+
+    def __init__(self, folder: str | Path, order: Mapping[tuple[str, str], int] | None = None) -> None:
         self.path = Path(folder)
+        self._order = dict(order or {})
         if not (self.path / "meta.json").is_file():
             if self.path.with_suffix(".h5").is_file() or self.path.is_file():
                 raise StoreError(f"{self.path} was written by an older version (one .h5 file): delete it and capture again")
+            if any(self.path.glob("part-*.h5")):
+                raise StoreError(f"{self.path} has its parts but no meta.json: rerun the capture (`ambench capture` or "
+                                 "`ambench run` on the run), which rebuilds it from the parts")
             raise StoreError(f"no activation store at {self.path}")
         self.meta: dict[str, Any] = json.loads((self.path / "meta.json").read_text(encoding="utf-8"))
         n_sites, n_pos, d = self.meta["shape"]
@@ -151,8 +160,10 @@ class ActivationStore:
         return self._small["token_positions"]
 
     def rows_of(self, task: str) -> dict[str, int]:
-        """prompt id -> row index, for the prompts of one task."""
-        return {p: i for i, (t, p) in enumerate(zip(self.tasks, self.prompt_ids)) if t == task}
+        """prompt id -> row index, for the prompts of one task, in the canonical order (see the class docstring)."""
+        rows = [(p, i) for i, (t, p) in enumerate(zip(self.tasks, self.prompt_ids)) if t == task]
+        last = len(self._order)
+        return dict(sorted(rows, key=lambda pi: (self._order.get((task, pi[0]), last), pi[0])))
 
     def layer(self, layer: int, position: int | str | None = None) -> Float[np.ndarray, "prompt ..."]:
         """float32 [n_prompts, n_positions, d_model] (or [n_prompts, d_model] for one position), every row
@@ -192,6 +203,17 @@ class ActivationStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def repair_store(folder: str | Path, say: Callable[[str], None] | None = None) -> list[Path]:
+    """Move aside the parts of a store that fail to open or to verify (the run's lock holder only); returns them.
+    Their prompts are captured again by the next capture."""
+    folder = Path(folder)
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    n_sites, n_pos, d = meta["shape"]
+    parts = _store(folder, n_sites, n_pos, d, {k: v for k, v in meta.items() if k not in ("store_dtype", "shape")},
+                   meta["store_dtype"], say)
+    return parts.check(repair=True)
 
 
 def merge_stores(sources: Sequence[str | Path], target: str | Path, order: Callable[[str, str], Any]) -> int:

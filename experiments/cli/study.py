@@ -107,6 +107,16 @@ def run_cmd(
 
 
 @app.command()
+def repair(run: Path = typer.Argument(..., help="The run directory to repair (it must exist).")) -> None:
+    """Drop the rows a run can no longer trust (edited, corrupted, torn) and what was made from them, and move
+    aside damaged store parts, so the next run recomputes exactly that."""
+    from experiments.repair import repair_run
+
+    with boundary():
+        repair_run(run, say=lambda m: typer.echo(m, err=True))
+
+
+@app.command()
 def merge(
     shards: list[Path] = typer.Argument(..., help="Shard run directories made with --shard i/n."),
     out: Path = typer.Option(..., "--out", help="Merged run directory (new, or an earlier merge of the same shards)."),
@@ -116,4 +126,7 @@ def merge(
 
     with boundary():
         counts = merge_runs(shards, out)
+    if counts.get("shards"):
+        typer.echo(f"{out} holds shards {', '.join(counts['shards'])} (phase {counts['phase']})"
+                   + (f"; missing {', '.join(counts['missing'])}: merge again when they finish" if counts["missing"] else ""), err=True)
     typer.echo(json.dumps(counts))

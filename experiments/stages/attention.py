@@ -85,6 +85,8 @@ def _attention(rt: Any, rd: RunDir, model: str, s: AttentionSettings, progress: 
     from interp.models import ModelError
 
     layers = list(range(rt.info.n_layers)) if s.layers is None else list(s.layers)
+    # rows resume only under the same settings: another command's would drop the study's rows as stale
+    rd.record_config(f"attention/{model}/{s.task}", {**s.as_dict(), "layers": layers})
     render_stage(rd)
     todo = sources(rd, model, s)
     if todo:
@@ -137,7 +139,7 @@ def _attention(rt: Any, rd: RunDir, model: str, s: AttentionSettings, progress: 
 
 
 def _prompt(rt: Any, rd: RunDir, key: AttemptKey) -> Any:
-    from experiments.stages.intervene import protocol_from_label
+    from experiments.cuts import protocol_from_label
     from interp.prompts import build
 
     return build(rd.prompt_item(key.task, key.prompt_id), protocol_from_label(key.protocol, key.medium), rt.tokenizer,

@@ -20,6 +20,9 @@ that every arm shares the first piece. Rows go to `RUN/interventions.jsonl`, one
 written a cut at a time, keyed by the whole attempt key (model, task, protocol, medium, prompt, sample)
 and the cut: resumable (finished cuts are skipped), and two models' cuts never shadow each other.
 
+The cut plan and the model input of an arm (`plan_cuts`, `cut_tokens`) live one floor down in
+`experiments.cuts`, shared with the patch stage; the patching table in `experiments.patching_table`.
+
 `ambench patch` (`patch_stage`) goes beyond the paper: for cuts whose moved and as-is statement
 lines have the same number of tokens, it replaces the residual stream (resid_pre of layer L) at
 the statement's token positions of one arm with the other arm's, for every layer L, and samples
@@ -28,23 +31,20 @@ continuations; the continuation rate per layer shows which layers carry the geom
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from bench.intervene.splice import ARMS, MOVES, continued_drawing, cut_arms, statements, strip_digits
+from bench.intervene.splice import ARMS, continued_drawing
 from bench.sandbox.boundary import clean_text
-from experiments.rundir import DEFAULT_MEDIUM, AttemptKey, RunDir, answer_text, content_hash, derive_seed, reading, writing
-from experiments.stages.render import read_renders, render_stage, row_key
-from interp.prompts import PromptItem, Protocol, build, items_by_id
+from experiments.cuts import EXCLUSIONS, cut_tokens, plan_cuts, prompt_items, protocol_from_label
+from experiments.patching_table import patching_table, plot_patching
+from experiments.rundir import AttemptKey, RunDir, RunError, content_hash, derive_seed, reading, writing
 
 INTERVENTIONS = RunDir.INTERVENTIONS
 CUTS = RunDir.CUTS
-#: why a source attempt gives no cut, or a cut lacks an arm
-EXCLUSIONS = ("no spliceable statement", *(f"no {m.name} displacement" for m in MOVES), "splice error")
 
 
 @dataclass(frozen=True)
@@ -65,103 +65,6 @@ class InterveneSettings:
         return asdict(self)
 
 
-def protocol_from_label(label: str, medium: str = "v1") -> Protocol:
-    if medium == "svg":
-        raise ValueError("SVG attempts have no canvas statements to splice")
-    if label == "zero-shot":
-        return Protocol("zero-shot", 0)
-    name, _, k = label.rpartition("-")
-    return Protocol(name, int(k))
-
-
-def plan_cuts(run: Any, model: str, task: str = "layout", samples: Iterable[int] | None = None, cut: str = "last",
-              limit: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(cuts, records) for the valid canvas attempts of `model` on `task`.
-
-    A cut is an (attempt, statement) with its arms. `records` has one row per source attempt and cut or
-    exclusion (written to RUN/intervention_cuts.jsonl): the attempt key, the cut, the statement, whether
-    it carries a comment, whether the program had more code after it, which arms exist, the splice
-    identity check of each moved arm, or the reason it was excluded (`EXCLUSIONS`). A splice that fails
-    is an exclusion, never an error of the stage."""
-    rd = reading(run)
-    if rd.writable:
-        render_stage(rd)
-    renders = read_renders(rd)
-    wanted = None if samples is None else set(samples)
-    cuts: list[dict[str, Any]] = []
-    records: list[dict[str, Any]] = []
-    for r in rd.rows(RunDir.GENERATIONS):
-        key = AttemptKey.of(r)
-        # only the paper's canvas: splicing, the painted mask and the prompt rebuild assume its 24x24 grid
-        # (issue 16: other media are layout arms for the tables and judges, never intervention sources)
-        if (key.model != model or key.task != task or key.medium != DEFAULT_MEDIUM
-                or (wanted is not None and key.sample not in wanted)):
-            continue
-        rend = renders.get(row_key(r))
-        if rend is None or rend["outcome"] != "ok":
-            continue
-        if limit and len(cuts) >= limit:
-            break
-        base = {**key.fields()}
-        answer = answer_text(r)
-        try:
-            every = statements(answer)
-        except Exception as e:  # noqa: BLE001 - model text is hostile; one bad attempt is one exclusion
-            records.append({**base, "status": "excluded", "reason": "splice error", "detail": f"{type(e).__name__}"})
-            continue
-        stmts = [s for s in every if s.spliceable]
-        if not stmts:
-            records.append({**base, "status": "excluded", "reason": "no spliceable statement"})
-            continue
-        painted = np.any(rend["pixels"] != rend["background"], axis=-1)
-        for s in (stmts[-1:] if cut == "last" else stmts):
-            idx = every.index(s)
-            rec = {**base, "cut": idx, "statement": s.name, "comment": s.comment, "code_after": s.code_after}
-            try:
-                arms = cut_arms(answer, s, painted)
-            except Exception as e:  # noqa: BLE001
-                records.append({**rec, "status": "excluded", "reason": "splice error", "detail": f"{type(e).__name__}: {e}"[:200]})
-                continue
-            asis = next(a.prefix for a in arms if a.arm == "null-asis")
-            names = [a.arm for a in arms]
-            checks = {a.arm: strip_digits(a.prefix) == strip_digits(asis) and a.prefix != asis
-                      for a in arms if a.arm.startswith("moved")}
-            missing = [f"no {m.name} displacement" for m in MOVES if m.name not in names]
-            records.append({**rec, "status": "cut", "arms": names, "splice_identical": checks, "missing": missing})
-            cuts.append({"row": r, "key": key, "answer": answer, "stmt": s, "cut": idx, "arms": arms})
-            if limit and len(cuts) >= limit:
-                break
-    return cuts, records
-
-
-def _items(run: Any) -> Callable[[str, str], PromptItem]:
-    recorded = reading(run).prompts()
-    builtin = items_by_id()
-
-    def get(task: str, pid: str) -> PromptItem:
-        if (task, pid) in recorded:
-            return recorded[(task, pid)]
-        if pid in builtin and builtin[pid].task == task:
-            return builtin[pid]
-        raise ValueError(f"no prompt text for {task} prompt {pid!r} in {run} (prompts.jsonl) or built in")
-
-    return get
-
-
-def _tokens(rt: Any, cut: dict[str, Any], item: PromptItem) -> tuple[list[int], dict[str, list[int]]]:
-    r, key = cut["row"], cut["key"]
-    built = build(item, protocol_from_label(key.protocol, key.medium), rt.tokenizer, chat=rt.info.chat)
-    plen = len(r.get("prefix", ""))  # the prompt already holds an open fence: drop it from the answer
-    arms = {a.arm: a.prefix[plen:] for a in cut["arms"]}
-    shared_text = arms["null-empty"]
-    full = list(built.tokens) + (rt.tokenizer(shared_text, add_special_tokens=False)["input_ids"] if shared_text else [])
-    shared, last = full[:-1], full[-1]
-    suffixes = {}
-    for name, text in arms.items():
-        rest = text[len(shared_text):]
-        suffixes[name] = [last] + (rt.tokenizer(rest, add_special_tokens=False)["input_ids"] if rest else [])
-    return shared, suffixes
-
 
 def _write_records(rd: RunDir, model: str, task: str, records: list[dict[str, Any]]) -> None:
     """RUN/intervention_cuts.jsonl: this model and task's records replace its earlier ones (the plan is a
@@ -176,41 +79,58 @@ def cut_input(c: dict[str, Any], s: Any) -> str:
 
 
 def intervene_stage(rt: Any, run: Any, model: str | None = None, s: InterveneSettings = InterveneSettings(),
-                    progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None) -> dict[str, Any]:
+                    progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None,
+                    say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Continuations for every cut's arms into RUN/interventions.jsonl; returns counts computed from the rows
     on disk. Work units are the cuts in plan order: resumable (a cut whose rows were made from the same
-    inputs is skipped; one made from other inputs is dropped and redone) and shardable (`shard=(i, n)`
-    runs the cuts whose index is i mod n)."""
+    inputs, all of them, is skipped; one made from other inputs, or with rows missing, is dropped and redone)
+    and shardable (`shard=(i, n)` runs the cuts whose index is i mod n). Settings are recorded per model and
+    task: another command's other settings are refused, naming them, before anything changes."""
+    bad = set(s.arms) - set(ARMS)
+    if bad:
+        raise RunError(f"unknown arm {sorted(bad)[0]!r}: use {', '.join(ARMS)}")
+    if s.cut not in ("last", "all"):
+        raise RunError(f"cut {s.cut!r}: use last or all")
     with writing(run) as rd:
-        return _intervene(rt, rd, model or rt.info.name, s, progress, shard)
+        return _intervene(rt, rd, model or rt.info.name, s, progress, shard, say or (lambda m: None))
 
 
 def _intervene(rt: Any, rd: RunDir, model: str, s: InterveneSettings, progress: Callable[[int], None] | None,
-               shard: tuple[int, int] | None) -> dict[str, Any]:
+               shard: tuple[int, int] | None, say: Callable[[str], None]) -> dict[str, Any]:
     from interp.runtime import Sampling, StopRule
 
-    bad = set(s.arms) - set(ARMS)
-    if bad:
-        raise ValueError(f"unknown arms {sorted(bad)}: use {', '.join(ARMS)}")
+    rd.record_config(f"intervene/{model}/{s.task}", s.as_dict())
     arms = [a for a in ARMS if a in set(s.arms)]
-    item = _items(rd)
+    item = prompt_items(rd)
     cuts, records = plan_cuts(rd, model, s.task, s.samples, s.cut, s.limit)
     if shard is None or shard[0] == 0:
         _write_records(rd, model, s.task, records)
     inputs = {(c["key"], c["cut"]): cut_input(c, s) for c in cuts}
+    # a cut is done only when every row it makes is there: (arm, k) for each present arm and continuation
+    wanted = {(c["key"], c["cut"]): {(a.arm, k) for a in c["arms"] if a.arm in arms for k in range(s.continuations)}
+              for c in cuts}
     rows = rd.rows(INTERVENTIONS)
     stale = {(AttemptKey.of(x), x["cut"]) for x in rows if inputs.get((AttemptKey.of(x), x["cut"]), x.get("input")) != x.get("input")}
+    have: dict[tuple[AttemptKey, int], list[tuple[str, int]]] = {}
+    for x in rows:
+        have.setdefault((AttemptKey.of(x), x["cut"]), []).append((x["arm"], x["k"]))
+    torn = {u for u, got in have.items() if u in wanted and u not in stale
+            and (len(got) != len(set(got)) or set(got) != wanted[u])}
+    if torn:
+        say(f"{len(torn)} intervention cuts of {model} had only part of their rows (a torn or edited file): computing them again")
+    stale |= torn
     if stale:
         rd.write_rows(INTERVENTIONS, [x for x in rows if (AttemptKey.of(x), x["cut"]) not in stale])
         rows = rd.rows(INTERVENTIONS)
     done = {(AttemptKey.of(x), x["cut"]) for x in rows}
+    wrote = bool(stale)
     for ci, c in enumerate(cuts):
         key = c["key"]
         if (shard is not None and ci % shard[1] != shard[0]) or (key, c["cut"]) in done:
             if progress:
                 progress(1)
             continue
-        shared, suffixes = _tokens(rt, c, item(key.task, key.prompt_id))
+        shared, suffixes = cut_tokens(rt, c, item(key.task, key.prompt_id))
         present = [a for a in c["arms"] if a.arm in arms]
         rows_in, sfx, smp = [], [], []
         for a in present:
@@ -228,9 +148,17 @@ def _intervene(rt: Any, rd: RunDir, model: str, s: InterveneSettings, progress: 
                         "overlap": a.overlap, "continuation": clean_text(g.text), "stop": g.stop, "n_tokens": len(g.tokens),
                         "continued": continued_drawing(g.text), "input": inputs[(key, c["cut"])]})
         rd.append(INTERVENTIONS, out)
+        wrote = True
         if progress:
             progress(1)
+    if wrote:  # a cut redone after the others comes back to its place
+        rd.sort_rows(INTERVENTIONS, intervention_unit)
     return intervention_counts(rd, model, s.task)
+
+
+def intervention_unit(r: Any) -> tuple:
+    """A continuation's place within its attempt (the canonical order of interventions.jsonl): cut, arm, k."""
+    return (r["cut"], ARMS.index(r["arm"]) if r["arm"] in ARMS else len(ARMS), r["k"])
 
 
 def intervention_counts(run: Any, model: str, task: str) -> dict[str, Any]:
@@ -383,13 +311,11 @@ def plot_interventions(rd: RunDir, table: list[dict[str, Any]], dose: list[dict[
 def summarise_interventions(run: Any, seed: int = 0, n_boot: int = 2000, n_perm: int = 2000) -> dict[str, Any] | None:
     """Write RUN/interventions_table.json (arms, strata, dose-response, counts and exclusions per model and
     task, patching) and the plots, from the rows on disk; None without rows."""
-    from experiments.stages.patch import patching_table, plot_patching
-
     with writing(run) as rd:
-        return _summarise(rd, seed, n_boot, n_perm, patching_table, plot_patching)
+        return _summarise(rd, seed, n_boot, n_perm)
 
 
-def _summarise(rd: RunDir, seed: int, n_boot: int, n_perm: int, patching_table: Any, plot_patching: Any) -> dict[str, Any] | None:
+def _summarise(rd: RunDir, seed: int, n_boot: int, n_perm: int) -> dict[str, Any] | None:
     run = rd
     rows = rd.rows(INTERVENTIONS)
     if not rows:
@@ -408,3 +334,7 @@ def _summarise(rd: RunDir, seed: int, n_boot: int, n_perm: int, patching_table: 
     for task in sorted({r["task"] for r in patch_rows}):
         plot_patching(run, patch_rows, task)
     return out
+
+
+__all__ = ["CUTS", "EXCLUSIONS", "INTERVENTIONS", "InterveneSettings", "arm_table", "dose_response", "intervene_stage",
+           "intervention_counts", "plan_cuts", "plot_interventions", "protocol_from_label", "summarise_interventions"]

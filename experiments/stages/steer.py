@@ -81,13 +81,13 @@ def _steer(rt: Any, rd: RunDir, s: SteerSettings, model: str, progress: Callable
     run = rd
     from activations.store import ActivationStore
     from bench.sandbox.pool import SandboxPool
-    from experiments.stages.intervene import _items, protocol_from_label
+    from experiments.cuts import prompt_items, protocol_from_label
     from experiments.stages.render import background_of
     from interp.probes import occupancy
     from interp.prompts import build
     from interp.runtime import Sampling, StopRule
 
-    with ActivationStore(rd.activations(model)) as st:
+    with ActivationStore(rd.activations(model), rd.prompt_order()) as st:
         protocol, medium = st.meta["protocol"], st.meta.get("medium", "v1")
         cons, _ = consensus(run, model, s.task, protocol, medium, 1)
         rowmap = st.rows_of(s.task)
@@ -100,7 +100,7 @@ def _steer(rt: Any, rd: RunDir, s: SteerSettings, model: str, progress: Callable
     k = min(k, len(ids) - 1)
     direction = probe_direction(x, y, s.region, k, alpha)
     norm = float(np.linalg.norm(x, axis=1).mean())
-    item = _items(run)
+    item = prompt_items(run)
     proto = protocol_from_label(protocol, medium)
     prompts = ids[: s.limit] if s.limit else ids
     hook_name = rt.hook_names([s.layer])[0]

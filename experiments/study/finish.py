@@ -1,0 +1,106 @@
+"""The host stages of `ambench run` after both model phases: renders, scores, tables, probes, judges, the
+report and `summary.json`, each from the rows on disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from experiments.rundir import RunDir, writing
+from experiments.study.config import StudyConfig, data_path, load_reference_file
+
+
+def _dino_device(c: StudyConfig) -> str:
+    if c.device:
+        return c.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def finish(c: StudyConfig, run: Path | RunDir, sets: dict[str, list[Any]], say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The host stages after both model phases (renders, scores, tables, probes, judges, report) on `run`."""
+    with writing(run, "ambench run") as rd:
+        return _finish(c, rd, sets, say)
+
+
+def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callable[[str], None]) -> dict[str, Any]:
+    from experiments.stages.intervene import summarise_interventions
+    from experiments.stages.layout import layout_table, media_table, tier_gap_table
+    from experiments.stages.probe import ProbeError, probe_stage
+    from experiments.stages.render import render_stage
+    from experiments.stages.report import write_report
+    from experiments.stages.translation import score_attempts
+
+    say("renders")
+    render_stage(rd, say=say)
+    say("translation scores")
+    if not rd.file(RunDir.TRANSLATION_REFS).exists():
+        from bench.translation.references import load_references
+
+        refs = load_reference_file(data_path(c.references)) if c.references else load_references("all")
+        rd.write_text(RunDir.TRANSLATION_REFS, "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in refs))
+    summary: dict[str, Any] = {}
+    if any(r["task"] == "translation" for r in rd.rows(RunDir.GENERATIONS)):
+        # score_attempts reads the translation rows of generations.jsonl as they are (by prompt_id)
+        summary["translation"] = score_attempts(rd.file(RunDir.TRANSLATION_REFS), rd.file(RunDir.GENERATIONS),
+                                                rd.file(RunDir.TRANSLATION_SCORES))
+    say("layout tables")
+    tiers = layout_table(rd, "tier")
+    rd.write_json(RunDir.LAYOUT_TABLE, tiers)
+    summary["layout"] = [t for t in tiers if t["tier"] == "all"]
+    say("probes")
+    try:
+        probe_stage(rd, None, c.probe(), progress=lambda m: say("  " + m))
+    except ProbeError as e:
+        say(f"  probes skipped: {e}")
+    if c.selectivity:  # issue 16
+        from experiments.stages.selectivity import selectivity_stage
+
+        say("cross-model selectivity")
+        try:
+            sel = selectivity_stage(rd, c.selectivity_settings(), progress=lambda m: say("  " + m))
+            summary["selectivity"] = [r for r in sel if r["kind"] == "mean_gap"]
+        except ProbeError as e:
+            say(f"  selectivity skipped: {e}")
+    say("intervention tables")
+    it = summarise_interventions(rd, c.seed)
+    if it:
+        summary["interventions"] = it["counts"]
+    if rd.rows(RunDir.ATTENTION):  # issue 16
+        from experiments.stages.attention import summarise_attention
+
+        say("attention focus table")
+        summary["attention"] = [{k: t.get(k) for k in ("model", "task", "attempts", "mean", "median", "ci")}
+                                for t in summarise_attention(rd, c.n_boot, c.seed)]
+    if c.judge_url and c.judge_model:
+        from experiments.judges import make_judge
+        from experiments.stages.judge import judge_stage
+
+        say("judge")
+        judge_stage(rd, make_judge({"kind": "openai", "name": c.judge_name or c.judge_model, "base_url": c.judge_url,
+                                    "model": c.judge_model}))
+    if c.dino_folder:
+        from experiments.stages.consistency import ConsistencySettings, consistency_stage
+
+        say("DINO concept consistency and the entropy confound")
+        consistency_stage(rd, c.dino_folder, ConsistencySettings(seed=c.seed, device=_dino_device(c)))
+    media = media_table(rd, n_boot=c.n_boot, seed=c.seed)
+    if media:
+        say("medium comparison (Exp. 2)")
+        rd.write_json(RunDir.MEDIA_TABLE, media)
+        summary["media"] = media
+    gaps = tier_gap_table(rd, n_boot=c.n_boot, seed=c.seed)  # issue 16: written only when the run has two media
+    if gaps:
+        say("the T2/T3 gap per medium")
+        rd.write_json(RunDir.TIER_GAPS, gaps)
+        summary["tier_gaps"] = [g for g in gaps if g["kind"] == "contrast"]
+    say("report")
+    path = write_report(rd)
+    summary["report"] = str(path.relative_to(rd.path))
+    rd.write_json(RunDir.SUMMARY, summary)
+    return summary
+
+
+__all__ = ["finish"]
