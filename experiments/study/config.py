@@ -68,7 +68,7 @@ class StudyConfig:
     target_attempts: str = "all"
     n_perm: int = 999  #: permutations of the headline Delta R^2 test (the paper preset: 2,500)
     n_perm_layers: int = 49  #: permutations per per-layer probe row
-    n_boot: int = 2000  #: resamples of the bootstrap CIs (selectivity, attention, layout tables; probes need none)
+    n_boot: int = 2000  #: resamples of the bootstrap CIs (selectivity, attention, layout; probes need none)
     continuations: int = 3  #: continuations per intervention arm and cut (paper: 9)
     intervene_cuts: int = 6  #: intervention cuts per model (0 = every cut)
     intervene_tokens: int = 64  #: tokens per continuation (interventions and patching)
