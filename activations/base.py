@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -68,7 +69,8 @@ class PartStore:
         self.key_field = key_field
         self.checked = list(checked) if checked is not None else list(self.fields)
         self.chunk_rows = chunk_rows
-        self.say = say or (lambda m: None)
+        # what happens to a store is never silent: a part moved aside is said, on stderr when no one listens
+        self.say = say or (lambda m: print(m, file=sys.stderr, flush=True))
         self.meta = dict(meta)
         if self.folder.exists() and not self.folder.is_dir():
             raise StoreError(f"{self.folder} is a file, not a store folder (written by an older version?): "
@@ -82,6 +84,29 @@ class PartStore:
             if old != json.loads(json.dumps(self.meta)):
                 raise StoreError(f"{self.folder} was written with other settings (model, dtype, hooks, positions or "
                                  "medium); use another --out or delete it")
+
+    def rebuild_meta(self) -> bool:
+        """Write `meta.json` again from the metadata every part carries, when it is missing (deleted) and the
+        parts agree with this store's settings (the writer's lock holder only); True when it was rebuilt."""
+        stored = self.folder / META
+        parts = self.part_files()
+        if stored.exists() or not parts:
+            return False
+        want = json.dumps(self.meta, sort_keys=True)
+        for p in parts:
+            try:
+                with self._open(p) as f:
+                    got = f.attrs.get("meta")
+            except StoreError:
+                continue  # a bad part: `check` moves it aside
+            if got is not None and got != want:
+                raise StoreError(f"{self.folder} has no {META} and its parts were written with other settings (model, "
+                                 f"dtype, hooks, positions or medium); delete the folder {self.folder} and run the stage again")
+        tmp = stored.with_name(".meta.json.tmp")
+        tmp.write_text(json.dumps(self.meta, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, stored)
+        self.say(f"{stored} was missing: rebuilt from the metadata its {len(parts)} parts carry")
+        return True
 
     # ------------------------------------------------------------------ reading
 

@@ -49,7 +49,9 @@ class RenderStore:
         return medium
 
     def repair(self) -> list[Path]:
-        """Move aside parts that fail to open or to verify (the lock holder only); their rows are recomputed."""
+        """Rebuild a deleted meta.json from the parts, move aside parts that fail to open or to verify (the lock
+        holder only; their rows are recomputed)."""
+        self.parts.rebuild_meta()
         return self.parts.check(repair=True)
 
     def done(self) -> dict[str, str]:

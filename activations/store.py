@@ -29,7 +29,7 @@ from activations.base import PartStore, StoreError, strings
 DTYPES = {"float32": np.float32, "float16": np.float16}
 CHECKED = ["key", "prompt_ids", "tasks", "token_positions", "input"]
 
-__all__ = ["ActivationStore", "ActivationWriter", "StoreError", "prompt_key"]
+__all__ = ["ActivationStore", "ActivationWriter", "StoreError", "prompt_key", "repair_store"]
 
 
 def prompt_key(task: str, prompt_id: str) -> str:
@@ -67,6 +67,7 @@ class ActivationWriter:
     def __init__(self, folder: str | Path, n_sites: int, n_positions: int, d_model: int, meta: Mapping[str, Any],
                  dtype: str = "float32", say: Callable[[str], None] | None = None) -> None:
         self.store = _store(Path(folder), n_sites, n_positions, d_model, meta, dtype, say)
+        self.store.rebuild_meta()
         self.store.check(repair=True)
         self.shape = (n_sites, n_positions, d_model)
 
@@ -80,7 +81,10 @@ class ActivationWriter:
 
     def append(self, prompt_ids: Sequence[str], resid: Float[np.ndarray, "batch site pos d"],
                token_positions: Int[np.ndarray, "batch pos"], tasks: Sequence[str],
-               inputs: Sequence[str] | None = None) -> None:
+               inputs: Sequence[str] | None = None,
+               embed_mean: Float[np.ndarray, "batch d"] | None = None) -> None:
+        """`embed_mean`: per prompt, the model's input embeddings averaged over its request's tokens (a lexical
+        baseline of the probe stage), stored in the same part with its own row checksums."""
         n = len(prompt_ids)
         if resid.shape[0] != n or token_positions.shape[0] != n or len(tasks) != n:
             raise StoreError("prompt ids, tasks, activations and positions disagree in length")
@@ -89,8 +93,16 @@ class ActivationWriter:
         dtype = self.store.fields["resid"][1]
         resid = np.asarray(resid, dtype=dtype)
 
+        if embed_mean is not None:
+            embed_mean = np.asarray(embed_mean, dtype=np.float32)
+            if embed_mean.shape != (n, self.shape[2]):
+                raise StoreError(f"embedding means of shape {embed_mean.shape}, expected {(n, self.shape[2])}")
+
         def site_crc(f: Any, arrays: Mapping[str, np.ndarray]) -> None:
             f.create_dataset("site_crc", data=_site_crc(arrays["resid"]), track_times=False)
+            if embed_mean is not None:
+                f.create_dataset("embed_mean", data=embed_mean, track_times=False)
+                f.create_dataset("embed_crc", data=_site_crc(embed_mean[:, None]).ravel(), track_times=False)
 
         self.store.append({"key": [prompt_key(t, p) for t, p in zip(tasks, prompt_ids)], "prompt_ids": list(prompt_ids),
                            "tasks": list(tasks), "input": list(inputs or [""] * n),
@@ -107,13 +119,21 @@ class ActivationWriter:
 
 
 class ActivationStore:
-    """Read an activation store lazily: `layer(L)` loads one layer (verified), never the whole store."""
+    """Read an activation store lazily: `layer(L)` loads one layer (verified), never the whole store.
 
-    def __init__(self, folder: str | Path) -> None:
+    `order` ((task, prompt id) -> rank, e.g. the run's prompts.jsonl order) is the canonical order in which
+    `rows_of` lists prompts; without it, prompts are listed by id. Never the order of the parts: a part
+    recomputed after damage comes last, and an analysis that followed it would change its results."""
+
+    def __init__(self, folder: str | Path, order: Mapping[tuple[str, str], int] | None = None) -> None:
         self.path = Path(folder)
+        self._order = dict(order or {})
         if not (self.path / "meta.json").is_file():
             if self.path.with_suffix(".h5").is_file() or self.path.is_file():
                 raise StoreError(f"{self.path} was written by an older version (one .h5 file): delete it and capture again")
+            if any(self.path.glob("part-*.h5")):
+                raise StoreError(f"{self.path} has its parts but no meta.json: rerun the capture (`ambench capture` or "
+                                 "`ambench run` on the run), which rebuilds it from the parts")
             raise StoreError(f"no activation store at {self.path}")
         self.meta: dict[str, Any] = json.loads((self.path / "meta.json").read_text(encoding="utf-8"))
         n_sites, n_pos, d = self.meta["shape"]
@@ -151,8 +171,10 @@ class ActivationStore:
         return self._small["token_positions"]
 
     def rows_of(self, task: str) -> dict[str, int]:
-        """prompt id -> row index, for the prompts of one task."""
-        return {p: i for i, (t, p) in enumerate(zip(self.tasks, self.prompt_ids)) if t == task}
+        """prompt id -> row index, for the prompts of one task, in the canonical order (see the class docstring)."""
+        rows = [(p, i) for i, (t, p) in enumerate(zip(self.tasks, self.prompt_ids)) if t == task]
+        last = len(self._order)
+        return dict(sorted(rows, key=lambda pi: (self._order.get((task, pi[0]), last), pi[0])))
 
     def layer(self, layer: int, position: int | str | None = None) -> Float[np.ndarray, "prompt ..."]:
         """float32 [n_prompts, n_positions, d_model] (or [n_prompts, d_model] for one position), every row
@@ -184,6 +206,33 @@ class ActivationStore:
                 out[out_i] = block[row]
         return out if p is None else out[:, p]
 
+    def embed_mean(self, rows: Sequence[int]) -> Float[np.ndarray, "rows d"] | None:
+        """The model's input embeddings averaged over each prompt's request (rows: indices as `rows_of` gives), each
+        row checked against its checksum; None when any of these rows was captured without them (before issue 19)."""
+        import h5py
+
+        keys = [self._keys[i] for i in rows]
+        out = np.empty((len(keys), self._dims[2]), dtype=np.float32)
+        by_part: dict[int, list[tuple[int, int]]] = {}
+        for out_i, k in enumerate(keys):
+            pi, row = self._index[k]
+            by_part.setdefault(pi, []).append((out_i, row))
+        for pi, pairs in by_part.items():
+            path = self._files[pi]
+            try:
+                with h5py.File(path, "r") as f:
+                    if "embed_mean" not in f:
+                        return None
+                    block, crc = f["embed_mean"][:], f["embed_crc"][:]
+            except OSError as e:
+                raise StoreError(f"{path} is truncated or corrupt ({str(e)[:80]}): rerun the capture") from None
+            for out_i, row in pairs:
+                if zlib.crc32(np.ascontiguousarray(block[row]).tobytes()) & 0xFFFFFFFF != int(crc[row]):
+                    raise StoreError(f"{path} row {row}: the embedding mean fails its checksum; the store was edited or "
+                                     "corrupted: rerun the capture (the bad part is recomputed)")
+                out[out_i] = block[row]
+        return out
+
     def close(self) -> None:
         pass
 
@@ -192,6 +241,17 @@ class ActivationStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def repair_store(folder: str | Path, say: Callable[[str], None] | None = None) -> list[Path]:
+    """Move aside the parts of a store that fail to open or to verify (the run's lock holder only); returns them.
+    Their prompts are captured again by the next capture."""
+    folder = Path(folder)
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    n_sites, n_pos, d = meta["shape"]
+    parts = _store(folder, n_sites, n_pos, d, {k: v for k, v in meta.items() if k not in ("store_dtype", "shape")},
+                   meta["store_dtype"], say)
+    return parts.check(repair=True)
 
 
 def merge_stores(sources: Sequence[str | Path], target: str | Path, order: Callable[[str, str], Any]) -> int:

@@ -10,8 +10,9 @@ settings in `config.json`, builds the attempt key and derives seeds; stages ask 
   never write: a torn last line (a writer killed mid-write) is skipped when reading and repaired only
   by the lock holder.
 - **Checked rows.** Every JSONL row the run writes carries `_crc`, the CRC-32 of its other fields'
-  canonical JSON; a row that fails it is reported with the file and line ("edited or corrupted"),
-  never used silently.
+  canonical JSON; a row that fails it, or has none (a row whose checksum was deleted to edit it), is
+  reported with the file and line ("edited or corrupted") and the command that repairs it
+  (`ambench repair RUN`, `experiments.repair`), never used silently.
 - **Content-keyed resume.** Rows of resumable stages carry `input`, a hash of what produced them
   (the prompt text, the settings, the model's weights digest, the attempt's text...). A stage resumes
   a unit only when both the key and the input hash match; a stale row is dropped and recomputed.
@@ -33,7 +34,7 @@ import socket
 import sys
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 #: the canvas medium of the paper; SVG attempts have medium "svg"; other canvas media (v1-48, outline)
 #: are named as `bench.canvas.medium.get_medium` names them
@@ -42,6 +43,10 @@ DEFAULT_MEDIUM = "v1"
 
 class RunError(ValueError):
     """A run directory that cannot be used as asked (one sentence for the user)."""
+
+
+class RowError(RunError):
+    """A JSONL line that is not a whole, checked row (edited or corrupted)."""
 
 
 class AttemptKey(NamedTuple):
@@ -144,14 +149,37 @@ def _decode(path: Path, n: int, line: bytes) -> dict[str, Any]:
     try:
         row = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise RunError(f"{path}: line {n} is not JSON; the file was edited or corrupted") from None
+        raise RowError(f"{path}: line {n} is not JSON; the file was edited or corrupted") from None
     if not isinstance(row, dict):
-        raise RunError(f"{path}: line {n} is not a JSON object; the file was edited or corrupted")
-    if "_crc" in row:
-        if row["_crc"] != _crc(row):
-            raise RunError(f"{path}: line {n} fails its checksum; the file was edited or corrupted")
-        row = {k: v for k, v in row.items() if k != "_crc"}
-    return row
+        raise RowError(f"{path}: line {n} is not a JSON object; the file was edited or corrupted")
+    if "_crc" not in row:  # every row the run writes has one: deleting it is how a row is edited unnoticed
+        raise RowError(f"{path}: line {n} has no checksum; the file was edited or corrupted")
+    if row["_crc"] != _crc(row):
+        raise RowError(f"{path}: line {n} fails its checksum; the file was edited or corrupted")
+    return {k: v for k, v in row.items() if k != "_crc"}
+
+
+def lenient_rows(path: Path, data: bytes) -> tuple[list[dict[str, Any]], list[tuple[int, str, dict[str, Any] | None]]]:
+    """(the whole, checked rows; the bad lines as (line number, why, the row as it parses or None)): what
+    `ambench repair` keeps and drops. A torn last line is a bad line too."""
+    lines, tail = _split(data)
+    if tail.strip():
+        lines.append(tail)
+    good: list[dict[str, Any]] = []
+    bad: list[tuple[int, str, dict[str, Any] | None]] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            good.append(_decode(path, n, line))
+        except RowError as e:
+            try:
+                parsed = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                parsed = None
+            why = str(e).split(f"line {n} ", 1)[-1].split(";")[0]
+            bad.append((n, why, parsed if isinstance(parsed, dict) else None))
+    return good, bad
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -246,8 +274,9 @@ class RunDir:
         return first + sorted(p for p in self.path.glob(f"{self.RENDERS}-*") if p.is_dir())
 
     def activation_stores(self) -> list[Path]:
+        """Every activation store folder present (one that lost its meta.json too: reading it says what to do)."""
         folder = self.path / self.ACTIVATIONS
-        return sorted(p for p in folder.iterdir() if (p / "meta.json").is_file()) if folder.is_dir() else []
+        return sorted(p for p in folder.iterdir() if (p / "meta.json").is_file() or any(p.glob("part-*.h5"))) if folder.is_dir() else []
 
     @property
     def writable(self) -> bool:
@@ -256,13 +285,16 @@ class RunDir:
     # ------------------------------------------------------------------ the lock
 
     @classmethod
-    def writer(cls, path: str | Path, command: str | None = None) -> "RunDir":
-        """Open `path` for writing: create it and hold its exclusive lock until `close()` (or process exit)."""
+    def writer(cls, path: str | Path, command: str | None = None, create: bool = True, needs: str | None = None) -> "RunDir":
+        """Open `path` for writing: create it (when `create`; a command that needs an existing run never
+        creates one, and says what it needs, `needs`) and hold its exclusive lock until `close()` (or process exit)."""
         import fcntl
 
         run = cls(path)
         if run.path.exists() and not run.path.is_dir():
             raise RunError(f"{run.path} is a file, not a run directory: give a folder with --out")
+        if not create:
+            need_run(run.path, needs or cls.GENERATIONS)
         try:
             run.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -307,8 +339,13 @@ class RunDir:
     # ------------------------------------------------------------------ rows
 
     def rows(self, name: str) -> list[dict[str, Any]]:
-        """The rows of a run file (read-only)."""
-        return read_rows(self.file(name))
+        """The rows of a run file (read-only). A bad row is one sentence naming the file, the line and the
+        command that repairs it."""
+        try:
+            return read_rows(self.file(name))
+        except RowError as e:
+            raise RowError(f"{e}: `ambench repair {self.path}` drops the bad rows and what depends on them, and the "
+                           "next run recomputes them") from None
 
     def append(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
         """Append rows (one write, flushed and fsynced); a torn tail left by a killed writer is cut first."""
@@ -345,6 +382,29 @@ class RunDir:
         """Replace a run file with these rows, atomically."""
         self._need_lock()
         atomic_write(self.file(name), "".join(encode_row(r) for r in rows))
+
+    def attempt_order(self) -> Callable[[Mapping[str, Any]], tuple[int, int]]:
+        """The key of a row derived from an attempt in the run's canonical order: (its model's place, its attempt's
+        place) in generations.jsonl (which a study keeps in its canonical order); rows of no attempt come last."""
+        models: dict[str, int] = {}
+        index: dict[AttemptKey, int] = {}
+        for i, r in enumerate(self.rows(self.GENERATIONS)):
+            models.setdefault(str(r["model"]), len(models))
+            index[AttemptKey.of(r)] = i
+        return lambda r: (models.get(str(r["model"]), len(models)), index.get(AttemptKey.of(r), len(index)))
+
+    def sort_rows(self, name: str, unit: Callable[[Mapping[str, Any]], tuple]) -> bool:
+        """Put the rows of a file derived from attempts in the canonical order (model, attempt, then `unit`), so a
+        unit recomputed after the rest (a torn or repaired one, appended last) leaves the same file as an
+        uninterrupted run; rewritten only when the order changes. True when it did."""
+        self._need_lock()
+        rows = self.rows(name)
+        key = self.attempt_order()
+        ordered = sorted(rows, key=lambda r: (*key(r), *unit(r)))
+        if ordered == rows:
+            return False
+        self.write_rows(name, ordered)
+        return True
 
     def write_json(self, name: str, obj: Any) -> None:
         self._need_lock()
@@ -400,6 +460,11 @@ class RunDir:
                                "use another --out for another prompt set")
         self.append(self.PROMPTS, new)
 
+    def prompt_order(self) -> dict[tuple[str, str], int]:
+        """(task, id) -> its place in prompts.jsonl: the canonical order in which analyses read per-prompt rows
+        (the activation store's parts follow the order they were written in, which a recomputed part changes)."""
+        return {(r["task"], r["id"]): i for i, r in enumerate(self.rows(self.PROMPTS))}
+
     def prompt_item(self, task: str, prompt_id: str) -> Any:
         """The prompt item of (task, id): recorded in the run, else built in; a clear error otherwise."""
         from interp.prompts import items_by_id
@@ -425,16 +490,25 @@ class RunDir:
     def record_config(self, section: str, settings: dict[str, Any]) -> None:
         """Record a stage's settings in config.json; refuse to continue a stage with other settings."""
         self._need_lock()
+        settings = json.loads(json.dumps(settings))  # as config.json holds it (tuples are lists)
         config = self.config()
         stages = config.setdefault("stages", {})
         old = stages.get(section)
         if old is not None and old != settings:
             changed = sorted(_diff(old, settings))
             raise RunError(f"{self.path} already has stage {section!r} with other settings ({', '.join(changed)}); "
-                           "use another --out to change them")
+                           "repeat its settings, or use another --out to change them")
         if old is None:
             stages[section] = settings
             self.write_json(self.CONFIG, config)
+
+    def record_shard(self, i: int, n: int, phase: str) -> None:
+        """Record which shard of `ambench run --shard i/n` this directory holds and the model phase it reached
+        ("a": generation and capture; "b": interventions and patching too), for `ambench merge`."""
+        self._need_lock()
+        config = self.config()
+        config["shard"] = {"i": i, "n": n, "phase": phase}
+        self.write_json(self.CONFIG, config)
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -469,6 +543,17 @@ class writing:
     def __exit__(self, *exc: object) -> None:
         if self.opened is not None:
             self.opened.close()
+
+
+def need_run(path: Path, needs: str = "generations.jsonl") -> None:
+    """A command that reads or adds to a run needs the run: one sentence when `path` is none (never created),
+    naming what the command needs from it."""
+    path = Path(path)
+    if path.is_file():
+        raise RunError(f"--run {path} is a file, not a run directory: give the folder `ambench run` or `ambench generate` wrote")
+    if not path.is_dir():
+        raise RunError(f"--run {path}: no such folder, so it has no {needs}: give the folder `ambench run` or "
+                       "`ambench generate` wrote")
 
 
 def reading(run: "str | Path | RunDir") -> RunDir:

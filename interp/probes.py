@@ -24,7 +24,7 @@ matrix product. This equals scikit-learn's StandardScaler -> PCA(svd_solver="ful
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from jaxtyping import Float
@@ -64,11 +64,45 @@ class Grid:
         return ks or [min(n_train, d)]
 
 
+#: A feature column whose spread is below this share of its magnitude is constant: its "spread" is the rounding
+#: of the mean (a constant column's mean need not be exactly its value), and dividing by it would turn rounding
+#: into a unit-variance feature.
+CONSTANT_COLUMN = 1e-9
+#: A test fold whose targets' sum of squares (around its own mean) is below this share of their magnitude has no
+#: variance: its R^2 is undefined, and 1 - sse/sst would be rounding divided by rounding (+-1e13, issue 19).
+ZERO_VARIANCE = 1e-10
+#: Candidates whose criteria differ by less than this (relative to max(1, |best|)) are ties, broken by the documented
+#: order; the criteria of equal candidates differ by rounding (about 1e-14) that another BLAS kernel or thread
+#: count changes, so an argmax over them would pick by the last bits.
+TIE = 1e-9
+
+
+def _scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of each column; a constant column (near-constant: see CONSTANT_COLUMN) gets sd
+    inf, so that it standardises to exactly 0 and carries no weight."""
+    mu = x.mean(axis=0)
+    sd = x.std(axis=0)
+    const = sd <= CONSTANT_COLUMN * np.abs(x).max(axis=0, initial=0.0)
+    sd[const] = np.inf
+    mu[const] = 0.0
+    return mu, sd
+
+
 def _standardise(xtr: np.ndarray, xte: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    mu = xtr.mean(axis=0)
-    sd = xtr.std(axis=0)
-    sd[sd == 0] = 1.0
+    # in float64 whatever the store's dtype: float32 arithmetic leaves 1e-7 of rounding in every R^2, which another
+    # BLAS kernel changes, and which is larger than TIE
+    xtr = np.asarray(xtr, dtype=np.float64)
+    xte = np.asarray(xte, dtype=np.float64)
+    mu, sd = _scale(xtr)
     return (xtr - mu) / sd, (xte - mu) / sd
+
+
+def first_best(scores: np.ndarray) -> np.ndarray:
+    """Per row of scores [B, ...], the flat index of the first candidate (C order) whose score is within TIE of the
+    row's best: near-equal candidates are ties broken by the documented order, never by rounding."""
+    flat = scores.reshape(scores.shape[0], -1)
+    top = flat.max(axis=1)
+    return np.argmax(flat >= (top - TIE * np.maximum(1.0, np.abs(top)))[:, None], axis=1)
 
 
 def _pca_scores(ztr: np.ndarray, zte: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -115,10 +149,18 @@ def fold_predictions(xtr: Float[np.ndarray, "n_train d"], ytr: Float[np.ndarray,
     return out
 
 
-def _kfold(n: int, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def _kfold(n: int, folds: int, seed: int, groups: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """KFold(folds, shuffle, seed) over n rows; with `groups` (one label per row), over the distinct labels in order of
+    first appearance, so rows of one group (a prompt drawn twice by a bootstrap) never sit on both sides."""
     from sklearn.model_selection import KFold
 
-    return list(KFold(folds, shuffle=True, random_state=seed).split(np.arange(n)))
+    if groups is None:
+        return list(KFold(folds, shuffle=True, random_state=seed).split(np.arange(n)))
+    labels, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))  # label -> its order of first appearance
+    g = rank[inverse]
+    return [(np.flatnonzero(np.isin(g, a)), np.flatnonzero(np.isin(g, b)))
+            for a, b in KFold(folds, shuffle=True, random_state=seed).split(np.arange(labels.size))]
 
 
 @dataclass
@@ -165,20 +207,28 @@ class LayerSweep:
     permutation, never a decomposition (perf/bench_permutations.py measures it against the sweep).
 
     Folds: outer KFold(outer, shuffle, seed); inside each outer training set KFold(inner, shuffle,
-    seed + 1). The inner criterion is the mean over inner folds of each fold's pooled R^2; ties go to
-    the first layer, then the first k, then the first alpha (as `np.argmax` orders them).
+    seed + 1). The inner criterion is the mean, over the inner folds whose targets vary, of each fold's pooled
+    R^2 (a fold without variance, relative to the targets' magnitude, has no R^2: ZERO_VARIANCE). Candidates
+    within TIE of the best are ties; they go to the first layer, then the first k, then the first alpha, so a
+    selection never depends on the last bits of a float (the same with 1 or 2 threads, on any BLAS kernel).
     """
 
-    def __init__(self, xs: Sequence[np.ndarray], grid: Grid = Grid(), seed: int = 0) -> None:
+    def __init__(self, xs: Sequence[np.ndarray], grid: Grid = Grid(), seed: int = 0,
+                 folds: Sequence[tuple[np.ndarray, np.ndarray]] | None = None, groups: np.ndarray | None = None) -> None:
+        """`folds`: explicit outer (train, test) index pairs instead of KFold(outer, seed): one pair with a large
+        test set is the procedure trained on the training rows and applied to new ones (the estimand of the
+        intervals, interp/intervals.py). `groups`: a label per row; every fold, outer and inner, keeps a group's rows
+        together (a resample that draws a prompt twice)."""
         if not xs:
             raise ValueError("no feature matrices")
         n = xs[0].shape[0]
         if any(x.shape[0] != n for x in xs):
             raise ValueError("every layer needs the same prompts")
-        if n < grid.outer * 2:
+        if folds is None and n < grid.outer * 2:
             raise ValueError(f"{n} prompts are too few for {grid.outer}-fold nested CV")
         self.n, self.grid, self.seed, self.n_layers = n, grid, seed, len(xs)
-        self.outer = _kfold(n, grid.outer, seed)
+        self.outer = (_kfold(n, grid.outer, seed, groups) if folds is None
+                      else [(np.asarray(a), np.asarray(b)) for a, b in folds])
         self.ks: list[list[int]] = []  #: per layer: the usable PCA sizes
         self.inner: list[list[list[_Fit]]] = []  #: [outer fold][layer][inner fold]
         self.fits: list[list[_Fit]] = []  #: [outer fold][layer]: the outer-fold fit
@@ -186,7 +236,8 @@ class LayerSweep:
             ntr = int(len(self.outer[0][0]) * (grid.inner - 1) / grid.inner)
             self.ks.append(grid.usable_pca(ntr, x.shape[1]))
         for tr, te in self.outer:
-            inner_folds = [(tr[a], tr[b]) for a, b in _kfold(len(tr), grid.inner, seed + 1)]
+            inner = _kfold(len(tr), grid.inner, seed + 1, None if groups is None else np.asarray(groups)[tr])
+            inner_folds = [(tr[a], tr[b]) for a, b in inner]
             self.inner.append([[_Fit.of(x, a, b, max(self.ks[li])) for a, b in inner_folds] for li, x in enumerate(xs)])
             self.fits.append([_Fit.of(x, tr, te, max(self.ks[li])) for li, x in enumerate(xs)])
 
@@ -200,6 +251,7 @@ class LayerSweep:
         layers = list(layers)
         out = np.zeros((b_, len(layers), len(g.pca), len(g.alphas)))
         alphas = np.asarray(g.alphas, dtype=np.float64)
+        informative = np.zeros(b_)
         for i in range(g.inner):
             fits = [self.inner[o][li][i] for li in layers]
             tr, te = fits[0].tr, fits[0].te
@@ -209,7 +261,11 @@ class LayerSweep:
             ytr -= ym[None]  # centred before the product (cheaper than correcting K x B x C products after it)
             d = np.ascontiguousarray(y[:, te, :].transpose(1, 0, 2)) - ym[None]  # [n_te, B, C]
             dd = (d ** 2).sum(axis=(0, 2))
-            sst = dd - len(te) * ((d.mean(axis=0)) ** 2).sum(axis=1)  # around the test fold's own mean
+            # around the test fold's own mean, computed directly (dd - n mean^2 cancels to rounding when the
+            # fold's targets are constant); a fold without variance adds nothing to any candidate's criterion
+            sst = ((d - d.mean(axis=0)) ** 2).sum(axis=(0, 2))
+            varies = sst > ZERO_VARIANCE * (dd + len(te) * (ytr ** 2).sum(axis=(0, 2)) / len(tr))
+            informative += varies
             nonzero = [f for f in fits if f.k]
             if nonzero:  # the training- and test-target products of every layer at once
                 u_all = np.concatenate([f.u for f in nonzero], axis=1)  # [n_tr, sum K]
@@ -240,10 +296,11 @@ class LayerSweep:
                             cache[ke] = dd[:, None] - 2 * lin.T + quad
                         sse[:, ki, :] = cache[ke]
                     off += kk
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    r2 = np.where(sst[:, None, None] > 0, 1.0 - sse / sst[:, None, None], 0.0)
-                out[:, j] += r2
-        out /= g.inner
+                safe = np.where(varies, sst, 1.0)[:, None, None]
+                out[:, j] += np.where(varies[:, None, None], 1.0 - sse / safe, 0.0)
+        # the mean over the inner folds whose targets vary (the same folds for every candidate, so the choice is
+        # that of the plain mean); no such fold: every candidate scores 0 and the first wins
+        out /= np.maximum(informative, 1)[:, None, None, None]
         return out
 
     def _k_index(self, li: int) -> list[int]:
@@ -271,7 +328,7 @@ class LayerSweep:
         sel = np.asarray(list(layers))
         for o, (tr, te) in enumerate(self.outer):
             scores = self._inner_scores(o, y, sel)  # [B, L', K, A]
-            flat = scores.reshape(y.shape[0], -1).argmax(axis=1)
+            flat = first_best(scores)
             li_, ki_, ai_ = np.unravel_index(flat, scores.shape[1:])
             groups: dict[tuple[int, int, int], list[int]] = {}
             for b in range(y.shape[0]):
@@ -305,16 +362,32 @@ class LayerSweep:
                     batch: int | None = None) -> np.ndarray:
         """Outer pooled R^2 of the probe refitted on each row permutation of y ([P, n] index array), with the
         layer (and k, alpha) chosen inside the folds among `layers` (default: all)."""
+        yf = y.astype(np.float64)
+        return self.r2_of(lambda i, j: yf[perms[i:j]], len(perms), y.shape[1], layers, batch)
+
+    def r2_of(self, targets: Callable[[int, int], np.ndarray], count: int, outputs: int,
+              layers: Sequence[int] | None = None, batch: int | None = None) -> np.ndarray:
+        """Outer pooled R^2 of the probe refitted on each of `count` target matrices, `targets(i, j)` giving those
+        numbered i..j-1 as [j - i, n, outputs], with the layer (and k, alpha) chosen inside the folds among `layers`
+        (default: all). Any targets (permutations; Freedman-Lane's fitted values plus permuted residuals) reuse
+        the decompositions: only matrix products per batch."""
         layers = list(range(self.n_layers)) if layers is None else list(layers)
         kmax = max(max(k) for k in self.ks)
-        batch = batch or max(1, int(2e7 // max(1, self.n_layers * kmax * y.shape[1])))
-        out = np.empty(len(perms))
-        yf = y.astype(np.float64)
-        for i in range(0, len(perms), batch):
-            yp = yf[perms[i: i + batch]]  # [B, n, C]
+        batch = batch or max(1, int(2e7 // max(1, self.n_layers * kmax * outputs)))
+        out = np.empty(count)
+        for i in range(0, count, batch):
+            yp = targets(i, min(count, i + batch))  # [B, n, C]
             pred, _ = self._run(yp, layers)
             out[i: i + batch] = pooled_r2_batch(yp, pred)
         return out
+
+    def select(self, y: np.ndarray, layer: int = 0) -> tuple[int, float]:
+        """(k, alpha) of one layer chosen by K-fold CV over all prompts with the inner folds' criterion: the probe
+        one would fit on every prompt (this sweep must have been built with one fold holding every prompt in
+        training: `LayerSweep(xs, grid, seed, folds=[(all, none)])`)."""
+        scores = self._inner_scores(0, y[None].astype(np.float64), [layer])
+        _, ki, ai = np.unravel_index(int(first_best(scores)[0]), scores.shape[1:])
+        return self._k_index(layer)[ki], self.grid.alphas[ai]
 
 
 def pooled_r2_batch(y: Float[np.ndarray, "batch n outputs"], pred: Float[np.ndarray, "batch n outputs"]) -> Float[np.ndarray, " batch"]:
@@ -429,9 +502,7 @@ class FittedProbe:
     def fit(cls, x: Float[np.ndarray, "n d"], y: Float[np.ndarray, "n outputs"], k: int, alpha: float) -> "FittedProbe":
         x = np.asarray(x, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
-        mu = x.mean(axis=0)
-        sd = x.std(axis=0)
-        sd[sd == 0] = 1.0
+        mu, sd = _scale(x)
         z = (x - mu) / sd
         u, s_, _ = _pca_scores(z, z[:1], k)
         if s_.size == 0:

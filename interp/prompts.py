@@ -299,6 +299,8 @@ def build(item: PromptItem, protocol: Protocol, tokenizer: Any, chat: bool | Non
 def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
     """Read a JSONL prompt file: one object per line with `id`, `text`, optional `task` and `subject`."""
     p = Path(path)
+    if p.is_dir():
+        raise PromptError(f"prompt file {p} is a folder: give a JSONL file (one prompt a line)")
     if not p.is_file():
         raise PromptError(f"prompt file {p} does not exist")
     try:

@@ -614,6 +614,16 @@ class Runtime:
 
     # ------------------------------------------------------------------ capture
 
+    def input_embeddings(self, tokens: Sequence[int]) -> Float[np.ndarray, "tokens d_model"]:
+        """The model's own input embeddings of these tokens (its embedding module, scaling included where the
+        module scales), float32 on the CPU; a lexical baseline of the probe stage reads their mean."""
+        import torch
+
+        emb = self.model.get_input_embeddings()
+        with torch.inference_mode():
+            ids = torch.tensor([list(tokens)], dtype=torch.long, device=emb.weight.device)
+            return emb(ids)[0].float().cpu().numpy()
+
     def capture(self, prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
                 layers: Sequence[int] | None = None, final: str = "pre-norm") -> Float[torch.Tensor, "batch site pos d_model"]:
         """Residual stream at `positions` (per prompt, indices into its own tokens) at every site of `hook_names`.

@@ -14,7 +14,10 @@ planted signal in a few layers.
    full nested refit with layer selection, reusing the decompositions of step 1 (`LayerSweep`).
 3. A small case checked against the naive refit (a fresh nested CV per permutation): the null values
    and the p-value must be identical.
-Prints both times and their ratio (goal: <= 3x).
+4. Issue 19: the Delta interval (from the study's own folds: no refit) and the beyond-text test's `--perms`
+   Freedman-Lane permutations (fitted values of the baseline plus permuted residuals, both probes refitted,
+   the decompositions of step 1 reused); the total for one target and position (goal: <= 10 minutes).
+Prints the times and their ratio.
 """
 
 from __future__ import annotations
@@ -73,6 +76,26 @@ def main() -> None:
     print(f"{args.perms} permutations of the best-row Delta test (both probes refitted): {t_perm:.1f} s; "
           f"p = {p:.5f} (smallest possible {1 / (1 + args.perms):.5f}); null mean {null.mean():.4f}")
     print(f"ratio permutations / sweep: {t_perm / t_sweep:.2f}x (goal <= 3x)")
+
+    # issue 19: the interval of every row (no extra fit: the study's own folds) and the beyond-text test, whose
+    # Freedman-Lane permutations refit both probes on fitted values + permuted residuals of the strongest baseline
+    from interp.baselines import fitted_values, freedman_lane
+    from interp.intervals import delta_interval, fold_sums, test_over_train
+
+    t0 = time.perf_counter()
+    sse_b, sst = fold_sums(y, best.pred, sweep.outer)
+    sse_t, _ = fold_sums(y, tsweep.layer(y, 0).pred, sweep.outer)
+    iv = delta_interval(sse_b[None], sse_t[None], sst[None], n, test_over_train(n, grid.outer))
+    t_iv = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    p_fl, null_fl = freedman_lane(sweep, tsweep, fitted_values(text, y, grid, 0), y, delta, args.perms, seed=3)
+    t_fl = time.perf_counter() - t0
+    print(f"Delta interval (corrected K-fold variance): [{iv.lo:.3f}, {iv.hi:.3f}] in {t_iv * 1e3:.1f} ms")
+    print(f"{args.perms} Freedman-Lane permutations of the beyond-text test (both probes refitted): {t_fl:.1f} s; "
+          f"p = {p_fl:.5f}")
+    total = t_sweep + t_perm + t_iv + t_fl
+    print(f"one target and position with every test: {total:.1f} s = {total / 60:.1f} min (goal <= 10 min); "
+          f"load {os.getloadavg()[0]:.2f} at the end")
 
     # identical p to a naive refit on a small case
     small = Grid(pca=(2, 4, 8), alphas=(0.1, 1.0, 10.0, 100.0), outer=5, inner=4)

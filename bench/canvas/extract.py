@@ -108,15 +108,13 @@ def normalise(tree: ast.Module) -> ast.Module:
     for node in tree.body:
         body.extend(node.body if _is_main_guard(node) else [node])
     tree.body = body
-    called = {
-        n.func.id
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-    }
-    referenced = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    if not defs:  # most answers: nothing to call, and the parsed tree already has every location
+        return tree
+    # a called function's name is a Name read (Load) too: one walk finds both
+    referenced = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     for fn in defs:
-        if fn.name in called or fn.name in referenced:
+        if fn.name in referenced:
             continue
         required = len(fn.args.posonlyargs) + len(fn.args.args) - len(fn.args.defaults)
         args = [ast.Constant(value=None) for _ in range(max(required, 0))]

@@ -17,14 +17,34 @@ every machine:
 Integers are capped at `MAX_INT_BITS`, so integer work per operation is bounded and charged. The
 constants are calibrated by `perf/bench_meter.py` so that a program at the full budget uses a
 fraction of `Limits.cpu_seconds` of CPU: CPU time stays as a backstop for what escapes the units.
+
+**The invariant** (issue 22: one builtin call did 12.6 s of work in C on a charge of one unit):
+every callable a program can reach is either charged, *before it runs*, a bound on its C work computed
+from its arguments' sizes, or refused. The table is `BUILTIN_RULES`, `MATH_RULES` and `METHOD_RULES`
+below, one entry per reachable callable with its rule; `tests/bench/test_charge_table.py` fails when a
+reachable callable (a builtin of the table, a public function of `math`, an allowed method of a type a
+program can hold) has no entry, and the runtime refuses what has none (a method is looked up by the
+exact type of its object; the math namespace holds only what has a rule). What makes the bounds hold:
+- every C consumer of an iterable meters it per item pulled (`_metered_iter`), so a lazy `map`, `zip`,
+  `enumerate` or `filter` costs its items wherever it is consumed (`filter` meters its own source: it may
+  skip any number of items per item it yields);
+- every value that reaches an operator is an int of at most `MAX_INT_BITS` bits (bools included; longer
+  integer literals are refused before the program runs);
+- every structure a hash walks is at most `MAX_DEPTH` deep (`Meter.size`; CPython recurses in C to hash
+  a tuple, and a 400,000-deep one overflowed the worker's stack); compares and reprs stop at Python's own
+  recursion limit;
+- no text a program can build holds a heap address (`scrub`), so nothing it computes depends on one.
 """
 
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import operator
-from itertools import compress
+import re
+import types
+from itertools import compress, repeat
 from typing import Any, Callable, Iterable
 
 from bench.canvas.medium import BudgetExceeded
@@ -59,34 +79,59 @@ _NESTED = frozenset({list, tuple, set, frozenset, dict, str})
 #: dict views: sized, and scanned in C like the dict they show
 _VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 _SIZED = (*_CONTAINERS, str, range, *_VIEWS)
+#: units between two calls of a Meter's `progress` callback (about 45 ms of CPU)
+PROGRESS_UNITS = 1_000_000
 #: units of visiting one nested container in the walk of `Meter.size` (its own cost, about 300 ns)
 WALK_UNITS = 8
+#: nesting a walk may meet: CPython hashes a tuple by recursing in C, without a depth check (a 400,000-deep
+#: tuple overflowed the worker's stack); Python's own recursion limit stops compares and reprs at about this
+MAX_DEPTH = 1_000
+#: CPython's default substring search (stringlib/fastsearch.h, haystacks under 30,000 characters or needles
+#: under 6) may compare up to the needle's length at every position: 0.17 ns per position and character
+#: measured (`'a' * 29000` searched for `'a' * 50 + 'b' + 'a' * 48`: 0.5 ms), so a unit pays for 128
+SEARCH_WINDOW = 100
+SEARCH_PER_UNIT = 128
+#: str.strip(chars) looks every stripped character up in `chars` (a memchr: 0.01 ns a character measured)
+STRIP_PER_UNIT = 1024
+#: characters of a float literal `float()` parses per unit (1 ns a character measured on a 1M-digit one)
+FLOAT_CHARS_PER_UNIT = 16
 
 
 class Meter:
     """Work units spent by one program, raising BudgetExceeded past `cap`."""
 
-    __slots__ = ("units", "cap")
+    __slots__ = ("units", "cap", "limit", "progress")
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, progress: Callable[[], None] | None = None) -> None:
         self.units = 0
-        self.cap = cap
+        self.limit = cap  #: the budget
+        #: the next point at which the hot path looks up: the budget, or the next PROGRESS_UNITS when a
+        #: `progress` callback is set (the worker's wall clock is re-armed there: a program that is still
+        #: being charged is not stuck inside C). So `tick` costs no more with a callback than without.
+        self.progress = progress
+        self.cap = cap if progress is None else min(cap, PROGRESS_UNITS)
+
+    def _passed(self) -> None:
+        if self.units > self.limit:
+            raise BudgetExceeded(f"more than {self.limit} work units (operations and the elements they touch)")
+        self.progress()  # type: ignore[misc]
+        self.cap = min(self.limit, self.units + PROGRESS_UNITS)
 
     def charge(self, n: int) -> None:
         self.units += n
         if self.units > self.cap:
-            raise BudgetExceeded(f"more than {self.cap} work units (operations and the elements they touch)")
+            self._passed()
 
     def tick(self, n: int = 1) -> bool:
         """What instrumented code calls per loop pass / call / comprehension item; returns True (`charge`
         spelled out again: this is the hottest call of a program, one call level matters)."""
         self.units += n
         if self.units > self.cap:
-            raise BudgetExceeded(f"more than {self.cap} work units (operations and the elements they touch)")
+            self._passed()
         return True
 
     def remaining(self) -> int:
-        return max(0, self.cap - self.units)
+        return max(0, self.limit - self.units)
 
     def size(self, x: Any) -> int:
         """Elements a C-level pass over `x` touches, nested containers included; stops (raising) once the
@@ -103,21 +148,25 @@ class Meter:
         if t is not dict and _NESTED.isdisjoint(map(type, x)):  # flat: the common case, at C speed
             return 1 + len(x)
         left = self.remaining() + 1
-        total, stack = 0, [x]
+        total, stack = 0, [(x, 1)]
         while stack:
-            y = stack.pop()
+            y, depth = stack.pop()
             ty = type(y)
             if ty is str:
                 total += 1 + len(y) // CHARS_PER_UNIT
                 continue
+            if depth > MAX_DEPTH:
+                self.charge(total)
+                raise BudgetExceeded(f"a structure nested more than {MAX_DEPTH} levels deep")
             total += WALK_UNITS + len(y)
             if y:
                 # the nested containers and strings, picked out at C speed (a Python loop over every
                 # element would cost more than the pass being charged)
                 values = y.values() if ty is dict else y
-                stack.extend(compress(values, map(_NESTED.__contains__, map(type, values))))
+                below = repeat(depth + 1)
+                stack.extend(zip(compress(values, map(_NESTED.__contains__, map(type, values))), below))
                 if ty is dict:
-                    stack.extend(compress(y, map(_NESTED.__contains__, map(type, y))))
+                    stack.extend(zip(compress(y, map(_NESTED.__contains__, map(type, y))), below))
             if total > left:
                 self.charge(total)  # raises
         return total
@@ -127,13 +176,19 @@ class Meter:
         self.charge(self.size(x))
         return x
 
-    def rendered(self, x: Any, width: int = 0) -> Any:
+    def rendered(self, x: Any, width: int = 0, conversion: int = -1, spec: bool = False) -> Any:
         """`x`, after charging what rendering it as text costs (wraps f-string values; `width` is the
-        largest number in a static format spec, which pads or extends the text)."""
+        largest number in a static format spec, which pads or extends the text). A value that is not a
+        number, a string or None comes back already rendered (`conversion` is the f-string's `!s`/`!r`/`!a`,
+        which the rewriter then drops), without the heap addresses its repr would show (`scrub`)."""
         if width > MAX_FORMAT_WIDTH:
             raise BudgetExceeded(f"format width or precision {width} over {MAX_FORMAT_WIDTH}")
         self.charge(REPR_UNITS * self.size(x) + (_int_bits(x) // 64) ** 2 // 8 + width // CHARS_PER_UNIT)
-        return x
+        if type(x) in _PLAIN_TEXT:
+            return x if conversion == -1 else _CONVERSIONS[conversion](x)
+        if spec and conversion == -1:
+            return x  # object.__format__ refuses a non-empty spec, as in CPython
+        return scrub(_CONVERSIONS.get(conversion, str)(x))
 
     def copied(self, x: Any) -> Any:
         """`x`, after charging its length (wraps slices, `*args`, `**kwargs`, unpacking and slice
@@ -143,11 +198,30 @@ class Meter:
             return x
         return _metered_iter(self, x)
 
+    def hashed(self, x: Any) -> Any:
+        """`x`, after charging the hash of every element (`{*x}` in a set display: each element is a key)."""
+        self.charge(flat(x) + HASH_UNITS * self.size(x) if isinstance(x, _SIZED) else 0)
+        return x if isinstance(x, _SIZED) else _metered_iter(self, x, HASH_UNITS)
+
     def key(self, k: Any) -> Any:
         """A subscript or display key, after charging its hash (a tuple is hashed in full, every time)."""
         if type(k) is tuple or type(k) is frozenset:
             self.charge(self.size(k))
         return k
+
+
+#: values whose text never holds an address (rendered by the interpreter as they are)
+_PLAIN_TEXT = frozenset({int, float, bool, str, type(None)})
+#: an f-string's conversion codes (ast.FormattedValue.conversion)
+_CONVERSIONS: dict[int, Callable[[Any], str]] = {ord("s"): str, ord("r"): repr, ord("a"): ascii}
+#: what CPython's reprs put after the object's kind: `<function f at 0x7f...>`
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
+def scrub(text: str) -> str:
+    """`text` without heap addresses (`<function f at 0x7f3a...>` becomes `<function f>`): a program's
+    drawing and its reasons must not depend on where the allocator put an object."""
+    return _ADDRESS.sub(">", text) if " at 0x" in text else text
 
 
 def flat(x: Any) -> int:
@@ -194,11 +268,46 @@ CMPOPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def binop_helper(meter: Meter, max_collection: int) -> Callable[[str, Any, Any, bool], Any]:
-    """`_ambench_binop(op, a, b, inplace)`: charge, check, then apply one binary operator."""
+#: a printf-style conversion: its width and precision (digits or `*`) build that much text
+_PRINTF = re.compile(r"%(?:\([^)]*\))?[#0 +-]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?([a-zA-Z%])")
+
+
+def _printf_units(fmt: str, args: Any) -> int:
+    """Units of the text `fmt % args` pads to (refused past MAX_FORMAT_WIDTH, as f-string widths): the
+    widths and precisions in its conversions, a `*` one read from the arguments in the order `%` reads them
+    (each `*`, then the conversion's own value)."""
+    values = args if type(args) is tuple else (args,)
+    at, padded = 0, 0
+    for m in _PRINTF.finditer(fmt):
+        width, precision, conversion = m.groups()
+        for field in (width, precision):
+            if field == "*":
+                w = values[at] if at < len(values) else 0
+                at += 1
+                w = abs(w) if type(w) in (int, bool) else 0
+            elif field:
+                w = int(field) if len(field) < 8 else MAX_FORMAT_WIDTH + 1
+            else:
+                continue
+            if w > MAX_FORMAT_WIDTH:
+                raise BudgetExceeded(f"a format width or precision over {MAX_FORMAT_WIDTH}")
+            padded += w
+        if conversion != "%":
+            at += 1
+    return padded // CHARS_PER_UNIT
+
+
+def binop_helper(meter: Meter, max_collection: int, real: dict[int, type] | None = None) -> Callable[[str, Any, Any, bool], Any]:
+    """`_ambench_binop(op, a, b, inplace)`: charge, check, then apply one binary operator. `real` maps the
+    builtins table's wrapped types to the types they stand for (`int | float` is a union of the types)."""
+    real = real or {}
 
     def binop(op: str, a: Any, b: Any, inplace: bool = False) -> Any:
         ta, tb = type(a), type(b)
+        if ta is bool:  # a bool is an int to every operator (`True << 5000000` built 5M bits)
+            ta = int
+        if tb is bool:
+            tb = int
         if ta is int and tb is int:
             ba, bb = a.bit_length(), b.bit_length()
             if op == "Pow":
@@ -221,23 +330,29 @@ def binop_helper(meter: Meter, max_collection: int) -> Callable[[str, Any, Any, 
             return _check_int(r, "arithmetic")
         if op == "Mult":
             for seq, k in ((a, b), (b, a)):
-                if isinstance(seq, (str, list, tuple)) and type(k) is int:
+                if isinstance(seq, (str, list, tuple)) and type(k) in (int, bool):
                     if len(seq) * k > max_collection:
                         raise BudgetExceeded(f"sequence repetition of more than {max_collection} elements")
                     # writing the same reference k times: about 5 ns an element, so twice the copy rate
                     meter.charge(1 + max(0, len(seq) * k) // (CHARS_PER_UNIT if type(seq) is str else 2 * ELEMS_PER_UNIT))
                     return (INPLACE if inplace else BINOPS)[op](a, b)
+        if op == "Mod" and ta is str:  # printf-style formatting renders its arguments in full, padded
+            meter.charge(meter.size(a) + REPR_UNITS * meter.size(b) + _printf_units(a, b))
+            r = BINOPS[op](a, b)
+            return r if tb in _PLAIN_TEXT or (tb is tuple and _PLAIN_TEXT.issuperset(map(type, b))) else scrub(r)
+        if op == "BitOr" and (id(a) in real or id(b) in real):  # `int | float`: the types' union
+            return real.get(id(a), a) | real.get(id(b), b)
         if ta is not float and tb is not float:
-            if op == "Mod" and ta is str:  # printf-style formatting renders its arguments in full
-                stars = a.count("*") and sum(abs(v) for v in (b if tb is tuple else (b,)) if type(v) is int)
-                meter.charge(meter.size(a) + REPR_UNITS * meter.size(b) + min(stars, 1 << 40) // CHARS_PER_UNIT)
-                r = BINOPS[op](a, b)
-                meter.charge(flat(r))  # what a width in the format string itself built
-                return r
-            if inplace and ta is list and not isinstance(b, _SIZED):
-                b = _metered_iter(meter, b)  # list += iterator: charged per item
             if op in ("Sub", "BitOr", "BitAnd", "BitXor") and (isinstance(a, (set, frozenset, dict, *_VIEWS))):
-                meter.charge(HASH_UNITS * (meter.size(a) + meter.size(b)))  # set algebra hashes the elements
+                # set algebra hashes the elements; an iterator operand (a dict view's or `dict |=`) is pulled
+                # in C, so it is metered per item (`d.keys() ^ map(abs, big)` ran 12.6 s on one unit)
+                if not isinstance(b, _SIZED):
+                    b = _metered_iter(meter, b, HASH_UNITS)
+                    meter.charge(HASH_UNITS * meter.size(a))
+                else:
+                    meter.charge(HASH_UNITS * (meter.size(a) + meter.size(b)))
+            elif inplace and ta is list and not isinstance(b, _SIZED):
+                b = _metered_iter(meter, b)  # list += iterator: charged per item
             elif isinstance(a, _SIZED) or isinstance(b, _SIZED):
                 # concatenation: a copy of both; in place, the right one into a growing list (its
                 # reallocations and fresh pages cost about as much again)
@@ -257,7 +372,7 @@ def cmp_helper(meter: Meter) -> Callable[[str, Any, Any], Any]:
                 # a scan: each element compared with the needle, a compare costs at most the needle's size
                 meter.charge(1 + len(b) * meter.size(a))
             elif tb is str:  # a substring search
-                meter.charge(1 + len(b) // 16)
+                meter.charge(search_units(len(b), len(a) if type(a) is str else 1))
             elif tb is range and type(a) is not int:  # only an int is looked up without a scan
                 meter.charge(1 + len(b))
             elif not isinstance(b, _SIZED):  # an iterator: consumed item by item
@@ -274,6 +389,11 @@ def cmp_helper(meter: Meter) -> Callable[[str, Any, Any], Any]:
     return cmp
 
 
+def search_units(n: int, m: int) -> int:
+    """Units of a substring search of a needle of `m` characters in a haystack of `n` (see SEARCH_PER_UNIT)."""
+    return 1 + n // CHARS_PER_UNIT + n * min(m, SEARCH_WINDOW) // SEARCH_PER_UNIT
+
+
 def _metered_iter(meter: Meter, it: Iterable[Any], deep: int = 0) -> Iterable[Any]:
     """Items of an iterable a builtin consumes in C: sized ones charged up front (`deep` units per
     nested element when the builtin hashes or compares them), others per item."""
@@ -283,16 +403,62 @@ def _metered_iter(meter: Meter, it: Iterable[Any], deep: int = 0) -> Iterable[An
 
     def gen() -> Iterable[Any]:
         for x in it:
-            meter.tick(ITEM_UNITS + deep * meter.size(x) if deep else ITEM_UNITS)
+            # hashing or comparing items: the size measured per item is a Python call of its own (dict |= zip
+            # took 0.6-0.8 s at the full budget with one ITEM_UNITS for both)
+            meter.tick(2 * ITEM_UNITS + deep * meter.size(x) if deep else ITEM_UNITS)
             yield x
 
     return gen()
 
 
+#: The charge table, part 1: every builtin a program can reach and the rule that charges it. "constant":
+#: its C work is bounded by a constant given the other bounds (integers of MAX_INT_BITS, no text over the
+#: caps); a C builtin that calls it per item (`map`, `filter`, sort keys, `min`/`max` keys) pays per item.
+BUILTIN_RULES: dict[str, str] = {
+    "abs": "constant (an int of at most MAX_INT_BITS bits, or a float)",
+    "bool": "constant (a container's truth is its length)",
+    "len": "constant",
+    "enumerate": "constant to build; its items are charged by whoever consumes them",
+    "zip": "1 unit per iterable to build; with more than 8 iterables, an item (one pull from each) costs "
+           "1 unit per iterable more (zip(*[a] * 100000) built 100,000-tuples for 3 units)",
+    "map": "as zip (each call gets one argument per iterable)",
+    "reversed": "constant to build (needs a sized sequence); items charged by their consumer",
+    "filter": "its source metered per item pulled, 1 unit each (it may skip any number per item it yields)",
+    "range": "constant; refused over Limits.max_range elements",
+    "min": "2 arguments: both sizes; 1 iterable: 1 unit per nested element pulled (each is compared)",
+    "max": "as min",
+    "sum": "1 unit per 8 elements of a sized iterable or 3 per item pulled; lists and tuples: each concatenation",
+    "sorted": "the items copied, then n log2 n / 2 compares of the elements' sizes (of the keys, with `key`)",
+    "any": "per item pulled", "all": "per item pulled",
+    "list": "per item pulled (a copy: 1 unit per 8 elements of a sized one)",
+    "tuple": "as list",
+    "dict": "2 units per nested element pulled (hashed); keywords as a copy",
+    "set": "as dict",
+    "str": "what rendering costs: 4 units per nested element, a quadratic charge for big integers; no address",
+    "int": "a string: quadratic in its digits; the result checked against MAX_INT_BITS",
+    "float": "a string: 1 unit per 16 characters (a 1M-digit literal took 1 ms)",
+    "round": "constant; refused past 1,233 digits (an integer of MAX_INT_BITS)",
+    "pow": "as the `**` operator; with a modulus, quadratic in its limbs times the exponent's bits",
+    "divmod": "quadratic in the limbs of both integers",
+    "isinstance": "the class tuple walked (nested tuples and unions), 4 units per element",
+    "print": "constant (prints nothing)",
+}
+#: the wrappers that stand for a builtin type (`isinstance(x, str)`, `str.lower`, `tuple[int, int]` use the type)
+_WRAPPED_TYPES = ("int", "float", "list", "tuple", "dict", "set", "str", "zip", "map")
+
+
+def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """`fn` presented as the builtin it stands for (its repr and a generic alias's repr name it so)."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = "builtins"
+    return fn
+
+
 def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000) -> dict[str, Any]:
-    """The tiny builtins table, each builtin that works in C charging what it touches. The wrapped
-    types (`int`, `str`, `list`, ...) still work with `isinstance` and as `str.lower` (see `real_type`)."""
-    binop = binop_helper(meter, max_collection)
+    """The tiny builtins table, each builtin charged by its rule in BUILTIN_RULES. The wrapped types (`int`,
+    `str`, `list`, ...) still work with `isinstance`, as `str.lower` and in `tuple[int, int]` (`real_types`)."""
+    real: dict[int, type] = {}  # filled below, once the wrappers exist
+    binop = binop_helper(meter, max_collection, real)
 
     def rng(*args: Any) -> range:
         r = range(*args)
@@ -305,10 +471,11 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
             meter.charge(WRAPPER_UNITS)
             if args:
                 args = (_metered_iter(meter, args[0], deep),) + args[1:]
+            if kwargs:
+                meter.charge(flat(kwargs))
             return fn(*args, **kwargs)
 
-        wrapped.__name__ = fn.__name__
-        return wrapped
+        return _named(wrapped, fn.__name__)
 
     def sorted_(iterable: Any, *, key: Any = None, reverse: bool = False) -> list[Any]:
         meter.charge(WRAPPER_UNITS)
@@ -320,13 +487,14 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
             meter.charge(WRAPPER_UNITS)
             if len(args) == 1:  # compares every element
                 return fn(_metered_iter(meter, args[0], 1), **kwargs)
-            meter.charge(sum(meter.size(a) for a in args))
+            # each argument compared: its size; flat ones (the common case) counted at C speed, since a
+            # Python-level size per argument cost more than the compares (map(max, *[a] * 100000))
+            meter.charge(len(args) if _NESTED.isdisjoint(map(type, args)) else sum(map(meter.size, args)))
             return fn(*args, **kwargs)
 
-        wrapped.__name__ = fn.__name__
-        return wrapped
+        return _named(wrapped, fn.__name__)
 
-    def sum_(iterable: Any, start: Any = 0) -> Any:
+    def sum_(iterable: Any, /, start: Any = 0) -> Any:
         meter.charge(WRAPPER_UNITS)
         items = _metered_iter(meter, iterable)
         if type(start) in (int, float, bool):
@@ -341,6 +509,8 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
 
     def str_(*args: Any, **kwargs: Any) -> str:
         meter.charge(WRAPPER_UNITS)
+        if args and not kwargs and len(args) == 1:
+            return meter.rendered(args[0], 0, ord("s"))  # no address (`scrub`)
         if args:
             meter.rendered(args[0])
         return str(*args, **kwargs)
@@ -350,6 +520,12 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
         if args and type(args[0]) is str:
             meter.charge(1 + (len(args[0]) // 20) ** 2 // 8)
         return _check_int(int(*args, **kwargs), "int()")
+
+    def float_(*args: Any) -> float:
+        meter.charge(WRAPPER_UNITS)
+        if args and type(args[0]) is str:
+            meter.charge(1 + len(args[0]) // FLOAT_CHARS_PER_UNIT)
+        return float(*args)
 
     def pow_(base: Any, exp: Any, mod: Any = None) -> Any:
         meter.charge(WRAPPER_UNITS)
@@ -365,38 +541,93 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
             raise BudgetExceeded(f"round() to {ndigits} digits: an integer over {MAX_INT_BITS} bits")
         return round(number, ndigits)
 
-    def divmod_(a: Any, b: Any) -> Any:
+    def divmod_(a: Any, b: Any, /) -> Any:
         meter.charge(WRAPPER_UNITS)
         meter.charge(1 + _limbs(_int_bits(a)) * _limbs(_int_bits(b)) // 4)
         return divmod(a, b)
 
-    types = {"int": int_, "list": consume(list), "tuple": consume(tuple), "dict": consume(dict, HASH_UNITS),
-             "set": consume(set, HASH_UNITS), "str": str_}
-    real = real_types(types)
+    def filter_(function: Any, iterable: Any, /) -> Any:
+        meter.charge(WRAPPER_UNITS)
+        return filter(function, _per_item(meter, iterable))
 
     def unwrap(cls: Any) -> Any:
-        return tuple(unwrap(c) for c in cls) if type(cls) is tuple else real.get(id(cls), cls)
+        if type(cls) is tuple:
+            return tuple(unwrap(c) for c in cls)
+        return real.get(id(cls), cls)
 
-    def isinstance_(obj: Any, cls: Any) -> bool:
-        meter.charge(WRAPPER_UNITS + 4 + (len(cls) if type(cls) is tuple else 0))
+    def isinstance_(obj: Any, cls: Any, /) -> bool:
+        meter.charge(WRAPPER_UNITS + 4)
+        if type(cls) is tuple:
+            # nested tuples are walked by `unwrap` (a Python call per element, about 150 ns) and by CPython
+            meter.charge(REPR_UNITS * meter.size(cls))
+        elif type(cls) is types.UnionType:
+            meter.charge(len(cls.__args__))
         return isinstance(obj, unwrap(cls))
 
+    def many(fn: Callable[..., Any], first: int) -> Callable[..., Any]:
+        # zip and map pull one item from each iterable per item they yield: a consumer pays ITEM_UNITS an
+        # item, which covers a few iterables, not a hundred thousand
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            meter.charge(WRAPPER_UNITS + len(args))
+            out = fn(*args, **kwargs)
+            k = len(args) - first
+            return out if k <= ELEMS_PER_UNIT else _per_item(meter, out, k)  # a unit per pull: 16 ns measured
+
+        return _named(wrapped, fn.__name__)
+
+    def print_(*args: Any, **kwargs: Any) -> None:
+        return None  # harmless; the prompt asks for no prints
+
+    typed = {"int": int_, "float": float_, "list": consume(list), "tuple": consume(tuple),
+             "dict": consume(dict, HASH_UNITS), "set": consume(set, HASH_UNITS), "str": str_}
+    for name, fn in typed.items():
+        _named(fn, name)
+
     table = {
-        "abs": abs, "min": minmax(min), "max": minmax(max), "range": rng, "len": len, **types,
-        "float": float, "round": round_, "enumerate": enumerate, "zip": zip, "sum": sum_, "sorted": sorted_,
-        "reversed": reversed, "bool": bool, "any": consume(any), "all": consume(all), "map": map,
-        "filter": filter, "pow": pow_, "divmod": divmod_, "isinstance": isinstance_,
-        "print": lambda *a, **k: None,  # harmless; the prompt asks for no prints
+        "abs": abs, "min": minmax(min), "max": minmax(max), "range": _named(rng, "range"), "len": len, **typed,
+        "round": _named(round_, "round"), "enumerate": enumerate, "zip": many(zip, 0), "sum": _named(sum_, "sum"),
+        "sorted": _named(sorted_, "sorted"), "reversed": reversed, "bool": bool, "any": consume(any),
+        "all": consume(all), "map": many(map, 1), "filter": _named(filter_, "filter"), "pow": _named(pow_, "pow"),
+        "divmod": _named(divmod_, "divmod"), "isinstance": _named(isinstance_, "isinstance"),
+        "print": _named(print_, "print"),
     }
+    real.update(real_types(table))
     return table
-
-
-_WRAPPED_TYPES = ("int", "list", "tuple", "dict", "set", "str")
 
 
 def real_types(table: dict[str, Any]) -> dict[int, type]:
     """id(wrapper) -> the builtin type it stands for, for the wrapped types of a builtins table."""
     return {id(table[n]): getattr(builtins, n) for n in _WRAPPED_TYPES if n in table}
+
+
+def generic_helper(real: dict[int, type], key: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """`_ambench_generic(obj, k)`: `obj[k]` where the program wrote `tuple[...]` (or another wrapped type's
+    name): a wrapped type's subscript is a generic alias of the wrapper, as `tuple[int, int]` is in CPython;
+    calling it calls the wrapper (so it is charged), and its repr names the types."""
+
+    def generic(obj: Any, k: Any) -> Any:
+        if id(obj) in real:
+            key(k)
+            args = k if type(k) is tuple else (k,)
+            return types.GenericAlias(obj, args)
+        return obj[key(k)]
+
+    return generic
+
+
+def _per_item(meter: Meter, it: Any, units: int = 1) -> Any:
+    """`it`, charging `units` per item pulled (a sized one up front): what `filter` pulls to find its items,
+    and the items of a zip or map over many iterables."""
+    if isinstance(it, _SIZED):
+        meter.charge(1 + units * len(it))
+        return it
+
+    def gen() -> Iterable[Any]:
+        for x in it:
+            meter.tick(ITEM_UNITS + units)
+            yield x
+
+    return gen()
 
 
 def sort_units(meter: Meter, items: list[Any]) -> None:
@@ -419,96 +650,279 @@ def sort_list(meter: Meter, items: list[Any], key: Any, reverse: bool) -> list[A
     return [items[i] for i in order]
 
 
-_STR_METHODS = frozenset({"upper", "lower", "strip", "lstrip", "rstrip", "split", "replace", "zfill", "startswith",
-                          "endswith"})
-_ITERABLE_ARGS = frozenset({"extend", "update", "union", "intersection", "difference", "join"})
-_HASHING = frozenset({"add", "discard", "get", "setdefault"})
+def sort_in_place(meter: Meter, obj: list[Any], *, key: Any = None, reverse: bool = False) -> None:
+    """list.sort as CPython does it: the list is empty while its key function runs, and a key function
+    that changes it makes the sort fail with ValueError (the list then holds its own items, sorted, and
+    what the key added is dropped)."""
+    meter.charge(2 * WRAPPER_UNITS + flat(obj))  # the list emptied and refilled around the sort, as CPython's
+    items = obj[:]
+    obj.clear()
+    try:
+        done = sort_list(meter, items, key, bool(reverse))
+    except BaseException:
+        obj[:] = items
+        raise
+    changed = bool(obj)
+    obj[:] = done
+    if changed:
+        raise ValueError("list modified during sort")
+
+
+# -- the charge table, part 2: methods ---------------------------------------------------------------------
+# A rule is called as rule(meter, obj, args, kwargs) before the method runs and returns the arguments to
+# call it with (an iterable argument comes back metered). `None`: constant (the bound method itself is
+# handed out, so `a.append == a.append` as in CPython).
+
+
+def _hash_key(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """the key's hash: a tuple's is its nested size, a string's its length (then cached)"""
+    if args and type(args[0]) in (tuple, frozenset, str):
+        meter.charge(meter.size(args[0]))
+    return args
+
+
+def _copy(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """a shallow pass over the object: 1 unit per 8 elements"""
+    meter.charge(flat(obj))
+    return args
+
+
+def _at(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """list.pop(i) / insert(i, x): the elements after i move (the whole list, as a bound); pop() is O(1)"""
+    meter.charge(flat(obj) if args else 1)
+    return args
+
+
+def _scan(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """every element compared with the argument: length x the argument's nested size"""
+    meter.charge(1 + len(obj) * (meter.size(args[0]) if args else 1))
+    return args
+
+
+def _range_scan(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """an int is found arithmetically; anything else is compared with every element"""
+    meter.charge(1 if args and type(args[0]) in (int, bool) else 1 + len(obj))
+    return args
+
+
+def _extend(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """the iterable metered: 1 unit per 8 elements of a sized one, 3 per item pulled"""
+    return tuple(_metered_iter(meter, a) for a in args)
+
+
+def _hash_all(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """a copy of the object, and every element of every argument hashed: 2 units per nested element"""
+    meter.charge(flat(obj) + flat(kwargs))
+    return tuple(_metered_iter(meter, a, HASH_UNITS) for a in args)
+
+
+def _case(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """a new string of at most 3 characters per character (`'ß'.upper()` is 'SS')"""
+    meter.charge(1 + 3 * len(obj) // CHARS_PER_UNIT)
+    return args
+
+
+def _strip(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """every stripped character looked up in `chars`: length x len(chars) / STRIP_PER_UNIT"""
+    chars = args[0] if args and type(args[0]) is str else ""
+    meter.charge(1 + len(obj) // CHARS_PER_UNIT + len(obj) * len(chars) // STRIP_PER_UNIT)
+    return args
+
+
+def _search(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """a substring search (`search_units`)"""
+    m = len(args[0]) if args and type(args[0]) is str else 1
+    meter.charge(search_units(len(obj), m))
+    return args
+
+
+def _split(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """a substring search, and at most length / len(sep) + 1 new strings, 1 unit each"""
+    sep = args[0] if args else kwargs.get("sep")
+    m = len(sep) if type(sep) is str and sep else 2  # whitespace: a piece and a separator at least
+    meter.charge(search_units(len(obj), m) + len(obj) // m + 1)
+    return args
+
+
+def _replace(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """a substring search, and the longest result it can build (every occurrence replaced), 8 characters a
+    unit (a copy per occurrence)"""
+    old = args[0] if args and type(args[0]) is str else ""
+    new = args[1] if len(args) > 1 and type(args[1]) is str else ""
+    n = len(obj)
+    grown = n + (n + 1) * len(new) if not old else n + (n // len(old)) * max(0, len(new) - len(old))
+    meter.charge(search_units(n, len(old) or 1) + grown // 8)
+    return args
+
+
+def _affix(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """startswith / endswith: the prefixes' lengths (a tuple of them: all of them)"""
+    meter.charge(meter.size(args[0]) if args else 1)
+    return args
+
+
+def _join(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """1 unit per item (its length read, at C speed, and its copy), then the text built: their lengths and a
+    separator between each; an iterator is pulled first (3 units per item), as str.join does itself"""
+    if not args:
+        return args
+    items = args[0] if type(args[0]) in (list, tuple) else list(_metered_iter(meter, args[0]))
+    try:
+        total = sum(map(len, items))
+    except TypeError:  # str.join says which item is not a string
+        total = 0
+    meter.charge(1 + len(items) + (total + len(obj) * len(items)) // CHARS_PER_UNIT)
+    return (items,)
+
+
+def _zfill(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
+    """a new string of max(length, width) characters; a width past MAX_FORMAT_WIDTH is refused, as a format's"""
+    width = args[0] if args and type(args[0]) in (int, bool) else 0
+    if width > MAX_FORMAT_WIDTH:
+        raise BudgetExceeded(f"zfill width {width} over {MAX_FORMAT_WIDTH}")
+    meter.charge(1 + max(len(obj), width) // CHARS_PER_UNIT)
+    return args
+
+
+_SORT = object()  #: list.sort: `sort_in_place`
+
+#: The charge table, part 2: (type, method name) -> rule, for every allowed method of every type a program
+#: can hold (tests/bench/test_charge_table.py checks it is complete). A method not listed is refused.
+METHOD_RULES: dict[tuple[type, str], Any] = {
+    (list, "append"): None, (list, "extend"): _extend, (list, "insert"): _at, (list, "pop"): _at,
+    (list, "reverse"): _copy, (list, "sort"): _SORT, (list, "index"): _scan, (list, "count"): _scan,
+    (list, "copy"): _copy, (list, "clear"): _copy,
+    (tuple, "index"): _scan, (tuple, "count"): _scan,
+    (range, "index"): _range_scan, (range, "count"): _range_scan,
+    (dict, "items"): None, (dict, "keys"): None, (dict, "values"): None, (dict, "get"): _hash_key,
+    (dict, "setdefault"): _hash_key, (dict, "pop"): _hash_key, (dict, "update"): _hash_all, (dict, "copy"): _copy,
+    (dict, "clear"): _copy,
+    (set, "add"): _hash_key, (set, "discard"): _hash_key, (set, "pop"): None, (set, "union"): _hash_all,
+    (set, "intersection"): _hash_all, (set, "difference"): _hash_all, (set, "update"): _hash_all,
+    (set, "copy"): _copy, (set, "clear"): _copy,
+    (str, "upper"): _case, (str, "lower"): _case, (str, "strip"): _strip, (str, "lstrip"): _strip,
+    (str, "rstrip"): _strip, (str, "split"): _split, (str, "join"): _join, (str, "replace"): _replace,
+    (str, "startswith"): _affix, (str, "endswith"): _affix, (str, "zfill"): _zfill, (str, "count"): _search,
+    (str, "index"): _search,
+}
+
+
+class _Method(functools.partial):
+    """A charged bound method (a partial of `_call_method`, so C calls it without a Python frame of its own):
+    it compares as CPython's bound methods do (the same object and name), and its repr has no address."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is _Method and self.args[1] is other.args[1] and self.args[2] == other.args[2]
+
+    def __ne__(self, other: Any) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((id(self.args[1]), self.args[2]))  # as CPython's: the object's identity and the name
+
+    def __repr__(self) -> str:
+        return f"<built-in method {self.args[2]} of {type(self.args[1]).__name__} object>"
+
+
+def _call_method(meter: Meter, obj: Any, name: str, rule: Any, *args: Any, **kwargs: Any) -> Any:
+    meter.charge(WRAPPER_UNITS)
+    if rule is _SORT:
+        return sort_in_place(meter, obj, *args, **kwargs)
+    args = rule(meter, obj, args, kwargs)
+    return getattr(obj, name)(*args, **kwargs)
 
 
 def attr_helper(meter: Meter, real: dict[int, type] | None = None) -> Callable[[Any, str], Any]:
-    """`_ambench_attr(obj, name)`: an allowed attribute; a method comes back charging what it touches.
-    `real` maps the builtins table's wrapped types to the types (so `str.lower` is the method)."""
+    """`_ambench_attr(obj, name)`: an allowed method, by its rule in METHOD_RULES (looked up by the exact
+    type of `obj`; one without a rule is refused). `real` maps the builtins table's wrapped types to the
+    types (so `str.lower` is the method, charged as the bound one of its first argument)."""
     real = real or {}
+    rules = METHOD_RULES
 
     def attr(obj: Any, name: str) -> Any:
         obj = real.get(id(obj), obj)
-        bound = getattr(obj, name)  # name is from the policy's allow-list; a missing one raises as usual
-        if not callable(bound):
-            return bound
-        if isinstance(obj, type):  # an unbound method, str.lower(s): the bound one of its first argument
+        t = type(obj)
+        key = (t, name)
+        if key not in rules:
+            if t is type and (obj, name) in rules:  # an unbound method, str.lower(s)
 
-            def unbound(self: Any, *args: Any, **kwargs: Any) -> Any:
-                meter.charge(UNBOUND_UNITS)
-                if not isinstance(self, obj):
-                    raise TypeError(f"{obj.__name__}.{name}() needs a {obj.__name__}, not {type(self).__name__}")
-                return attr(self, name)(*args, **kwargs)
+                def unbound(self: Any, *args: Any, **kwargs: Any) -> Any:
+                    meter.charge(UNBOUND_UNITS)
+                    if type(self) is not obj:
+                        raise TypeError(f"{obj.__name__}.{name}() needs a {obj.__name__}, not {type(self).__name__}")
+                    return attr(self, name)(*args, **kwargs)
 
-            return unbound
-
-        if name == "sort" and type(obj) is list:
-
-            def sort(*, key: Any = None, reverse: bool = False) -> None:
-                meter.charge(WRAPPER_UNITS + flat(obj))
-                obj[:] = sort_list(meter, list(obj), key, bool(reverse))
-
-            return sort
-
-        def method(*args: Any, **kwargs: Any) -> Any:
-            meter.charge(WRAPPER_UNITS)
-            if name in ("pop", "insert"):  # O(n - i) on a list; O(1) at its end; a dict hashes the key
-                if type(obj) is dict:
-                    meter.charge(meter.size(args[0]) if args and isinstance(args[0], (tuple, frozenset)) else 1)
-                else:
-                    meter.charge(flat(obj) if type(obj) is list and (name == "insert" or args) else 1)
-            elif name in ("index", "count"):  # each element compared with the argument
-                meter.charge(1 + (len(obj) * meter.size(args[0]) if args and type(obj) is not str
-                                  else flat(obj) + sum(flat(a) for a in args)))
-            elif name in ("copy", "clear", "reverse"):
-                meter.charge(flat(obj))
-            elif name in _STR_METHODS:
-                meter.charge(flat(obj) + sum(flat(a) for a in args))
-            elif name in _ITERABLE_ARGS:
-                deep = 0 if name in ("extend", "join") else HASH_UNITS
-                args = tuple(_metered_iter(meter, a, deep) for a in args)
-                if name != "extend":
-                    meter.charge(flat(obj))
-            elif name in _HASHING and args and isinstance(args[0], (tuple, frozenset, str)):
-                meter.charge(meter.size(args[0]))
-            else:  # append, items, keys, values, and the O(1) rest
-                meter.charge(1)
-            r = bound(*args, **kwargs)
-            if name == "split":  # a new string per piece
-                meter.charge(len(r))
-            elif type(r) is str:  # what replace / join / upper built
-                meter.charge(flat(r) + (len(r) // 8 if name == "replace" else 0))
-            return r
-
-        return method
+                return _named(unbound, name)
+            bound = getattr(obj, name)  # raises AttributeError as usual when there is no such attribute
+            if not callable(bound):
+                return bound
+            raise AttributeError(f"{t.__name__}.{name} is not available in the sandbox")
+        rule = rules[key]
+        if rule is None:
+            return getattr(obj, name)
+        return _Method(_call_method, meter, obj, name, rule)
 
     return attr
 
 
-#: math's functions that build integers, with a bound on their arguments checked before they run
-_MATH_INT_BOUNDS = {"factorial": 500, "comb": MAX_INT_BITS, "perm": MAX_INT_BITS}
+# -- the charge table, part 3: math ------------------------------------------------------------------------
+#: every public name of `math` and its rule; the sandbox's math namespace holds only these (a function a
+#: newer Python adds is refused until it has a rule, and tests/bench/test_charge_table.py names it)
+_MATH_CONSTANT = ("acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "ceil", "copysign", "cos",
+                  "cosh", "degrees", "erf", "erfc", "exp", "exp2", "expm1", "fabs", "floor", "fmod", "frexp",
+                  "gamma", "isclose", "isfinite", "isinf", "isnan", "ldexp", "lgamma", "log", "log10", "log1p",
+                  "log2", "modf", "nextafter", "pow", "radians", "remainder", "sin", "sinh", "sqrt", "tan", "tanh",
+                  "trunc", "ulp")
+MATH_RULES: dict[str, str] = {
+    **{n: "constant (floats, or ints of at most MAX_INT_BITS bits)" for n in _MATH_CONSTANT},
+    **{n: "a value" for n in ("e", "pi", "tau", "inf", "nan")},
+    "factorial": "refused when the result passes MAX_INT_BITS (lgamma); quadratic in the result's limbs",
+    "comb": "refused when the result passes MAX_INT_BITS (k log2 n); k times the result's limbs",
+    "perm": "as comb",
+    "prod": "per item pulled, each product as the `*` operator",
+    "gcd": "quadratic in the arguments' limbs", "lcm": "as gcd; the result checked", "isqrt": "as gcd",
+    "fsum": "per item pulled",
+    "dist": "1 unit per coordinate of both points (17 ns a coordinate measured)",
+    "hypot": "1 unit per coordinate",
+}
+
+
+def _result_bits(name: str, args: tuple) -> float:
+    """An upper bound on the bits of factorial / comb / perm of `args` (computed before they run)."""
+    n = args[0] if args and type(args[0]) in (int, bool) else 0
+    if n > 1 << 20:  # far past any result of MAX_INT_BITS, and past what lgamma takes
+        return math.inf
+    if name == "factorial":
+        return math.lgamma(n + 1) / math.log(2) if n > 1 else 1.0
+    k = args[1] if len(args) > 1 and type(args[1]) in (int, bool) else n
+    if n < 2 or k <= 0 or k > n:
+        return 1.0
+    if name == "comb":
+        k = min(k, n - k)
+    return k * math.log2(n) + 1
 
 
 def math_functions(meter: Meter, max_collection: int = 1_000_000) -> dict[str, Callable[..., Any]]:
-    """Replacements for math's integer-building functions (the rest are float work of O(1))."""
+    """The math functions that are not constant, each charged by its rule in MATH_RULES."""
 
-    def bounded(name: str) -> Callable[..., Any]:
-        fn, bound = getattr(math, name), _MATH_INT_BOUNDS[name]
+    def sized_result(name: str) -> Callable[..., Any]:
+        fn = getattr(math, name)
 
         def wrapped(*args: Any) -> Any:
             meter.charge(WRAPPER_UNITS)
-            if any(type(a) is int and a > bound for a in args):
-                raise BudgetExceeded(f"math.{name} of an argument over {bound}")
-            meter.charge(1 + max((a for a in args if type(a) is int), default=0) ** 2 // 64)
+            bits = _result_bits(name, args)
+            if bits > MAX_INT_BITS:
+                raise BudgetExceeded(f"math.{name}() of a result over {MAX_INT_BITS} bits")
+            n, k = (list(args) + [0, 0])[:2]
+            steps = n if name == "factorial" else min(k, n - k) if name == "comb" else k
+            meter.charge(1 + max(0, steps) // 8 + _limbs(int(bits)) ** 2 // 8)
             return _check_int(fn(*args), f"math.{name}")
 
-        wrapped.__name__ = name
-        return wrapped
+        return _named(wrapped, name)
 
-    def prod(iterable: Any, *, start: Any = 1) -> Any:
+    def prod(iterable: Any, /, *, start: Any = 1) -> Any:
         meter.charge(WRAPPER_UNITS)
         mul = binop_helper(meter, max_collection)
         acc = start
@@ -523,15 +937,23 @@ def math_functions(meter: Meter, max_collection: int = 1_000_000) -> dict[str, C
             meter.charge(WRAPPER_UNITS + sum(_limbs(_int_bits(a)) ** 2 for a in args) // 8)
             return _check_int(fn(*args), f"math.{name}")
 
-        wrapped.__name__ = name
-        return wrapped
+        return _named(wrapped, name)
 
-    out: dict[str, Callable[..., Any]] = {n: bounded(n) for n in _MATH_INT_BOUNDS if hasattr(math, n)}
-    out["prod"] = prod
+    def fsum(iterable: Any, /) -> float:
+        meter.charge(WRAPPER_UNITS)
+        return math.fsum(_metered_iter(meter, iterable))
+
+    def dist(p: Any, q: Any, /) -> float:
+        meter.charge(WRAPPER_UNITS)
+        return math.dist(*(_metered_iter(meter, x, 1) for x in (p, q)))
+
+    def hypot(*coordinates: Any) -> float:
+        meter.charge(WRAPPER_UNITS + len(coordinates))
+        return math.hypot(*coordinates)
+
+    out: dict[str, Callable[..., Any]] = {n: sized_result(n) for n in ("factorial", "comb", "perm")}
+    out.update({"prod": _named(prod, "prod"), "fsum": _named(fsum, "fsum"), "dist": _named(dist, "dist"),
+                "hypot": _named(hypot, "hypot")})
     for n in ("gcd", "lcm", "isqrt"):
-        if hasattr(math, n):
-            out[n] = int_fold(n)
-    for n in ("fsum",):
-        fn = getattr(math, n)
-        out[n] = lambda it, _fn=fn: _fn(_metered_iter(meter, it))
+        out[n] = int_fold(n)
     return out

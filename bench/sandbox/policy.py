@@ -27,6 +27,8 @@ import ast
 import math
 import re
 
+from bench.sandbox.meter import MAX_INT_BITS
+
 RESERVED = "_ambench"  #: prefix of the sandbox's own names (the meter's helpers); never a program's
 TICK = "_ambench_tick"  #: tick(units): one loop pass / call / comprehension item of that static size
 BINOP = "_ambench_binop"  #: binop(op, a, b, inplace): every binary operator, charged and checked
@@ -38,12 +40,21 @@ ATTR = "_ambench_attr"  #: attr(obj, name): an allowed method, charged when call
 AUG_OBJ, AUG_KEY = "_ambench_o", "_ambench_k"  #: temporaries of obj[key] op= value (obj and key evaluated once)
 KEY = "_ambench_key"  #: key(k): a subscript or display key after charging its hash
 SLICE = "_ambench_slice"  #: the builtin slice (an augmented slice target: x[i:j] += y)
+HASHED = "_ambench_hashed"  #: hashed(x): x after charging the hash of every element ({*x} in a set display)
+GENERIC = "_ambench_generic"  #: generic(obj, k): obj[k] where obj is named like a wrapped type (tuple[int, int])
+#: names of the builtins table's wrapped types: `tuple[int, int]` is a generic alias of the type
+WRAPPED_TYPE_NAMES = frozenset({"int", "float", "list", "tuple", "dict", "set", "str"})
 #: units of one loop pass, call or comprehension item beyond the nodes it runs (the charge's own cost)
 PASS_COST = 4
 
 
 class PolicyError(Exception):
     """The program uses a construct outside the allow-list (outcome `forbidden`)."""
+
+
+class TooLarge(PolicyError):
+    """The program holds a literal over a budget (outcome `budget`): an integer literal of more than
+    MAX_INT_BITS bits would reach operators the integer cap is meant to bound (90,000 hex digits did)."""
 
 
 ALLOWED_NODES: frozenset[type] = frozenset(
@@ -124,6 +135,8 @@ def check(tree: ast.Module) -> None:
             v = node.value
             if isinstance(v, (bytes, complex)) or v is Ellipsis:
                 raise PolicyError(f"line {node.lineno}: {type(v).__name__} literals are not allowed")
+            if type(v) is int and v.bit_length() > MAX_INT_BITS:
+                raise TooLarge(f"line {node.lineno}: an integer literal over {MAX_INT_BITS} bits")
         elif kind is ast.FormattedValue:
             if node.format_spec is not None and not _static_spec(node.format_spec):
                 raise PolicyError(f"line {node.lineno}: computed format specs are not allowed")
@@ -285,7 +298,18 @@ class _Meter(ast.NodeTransformer):
                            value=_call(BINOP, op, read, node.value, ast.Constant(True))),
             ]
             return [ast.copy_location(st, node) for st in stmts]
-        # x op= y  ->  x = binop(op, x, y, inplace): a name (or a slice / attribute, evaluated twice)
+        if isinstance(t, ast.Attribute):
+            # obj.attr op= value: obj evaluated once, as Python (`g().e += 1` called g twice)
+            read_attr: ast.expr = ast.Attribute(value=ast.Name(id=AUG_OBJ, ctx=ast.Load()), attr=t.attr, ctx=ast.Load())
+            if t.attr in METHOD_NAMES:
+                read_attr = _call(ATTR, ast.Name(id=AUG_OBJ, ctx=ast.Load()), ast.Constant(t.attr))
+            stmts = [
+                ast.Assign(targets=[ast.Name(id=AUG_OBJ, ctx=ast.Store())], value=t.value),
+                ast.Assign(targets=[ast.Attribute(value=ast.Name(id=AUG_OBJ, ctx=ast.Load()), attr=t.attr, ctx=ast.Store())],
+                           value=_call(BINOP, op, read_attr, node.value, ast.Constant(True))),
+            ]
+            return [ast.copy_location(st, node) for st in stmts]
+        # x op= y  ->  x = binop(op, x, y, inplace): a name
         value = _call(BINOP, op, _as_load(t), node.value, ast.Constant(True))
         return ast.copy_location(ast.Assign(targets=[t], value=value), node)
 
@@ -305,12 +329,18 @@ class _Meter(ast.NodeTransformer):
                 return ast.copy_location(_call(COPIED, node), node)
             node.value = _call(COPIED, node.value)  # x[i:j] = y moves the rest of x
             return node
+        if isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name) and node.value.id in WRAPPED_TYPE_NAMES:
+            # `tuple[int, int]`: the builtins table's tuple is a wrapper, not a type; a generic alias of it
+            return ast.copy_location(_call(GENERIC, node.value, node.slice), node)
         if not isinstance(node.slice, ast.Constant):
             node.slice = _call(KEY, node.slice)  # a tuple key is hashed in full on every access
         return node
 
     def visit_Set(self, node: ast.Set) -> ast.AST:
         self.generic_visit(node)
+        for e in node.elts:
+            if isinstance(e, ast.Starred):  # {*x}: every element of x is hashed, not only copied
+                e.value = _call(HASHED, e.value.args[0])  # type: ignore[attr-defined]  # was COPIED(x)
         node.elts = [e if isinstance(e, (ast.Constant, ast.Starred)) else _call(KEY, e) for e in node.elts]
         return node
 
@@ -337,7 +367,11 @@ class _Meter(ast.NodeTransformer):
         # a static spec's largest number bounds what it adds (a width or a precision: {x:>100000000})
         spec = "".join(str(v.value) for v in node.format_spec.values) if node.format_spec is not None else ""
         width = max((int(d) for d in re.findall(r"\d+", spec)), default=0)
-        node.value = _call(RENDERED, node.value, ast.Constant(width))
+        # the helper applies the conversion itself (a value that is not a number or a string comes back as
+        # text without heap addresses), so the interpreter only applies the spec
+        node.value = _call(RENDERED, node.value, ast.Constant(width), ast.Constant(node.conversion),
+                           ast.Constant(bool(spec)))
+        node.conversion = -1
         return node
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:

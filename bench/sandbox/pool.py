@@ -33,7 +33,7 @@ from bench.canvas.medium import V1, Limits, Medium
 from bench.sandbox import boundary
 from bench.sandbox.job import Job
 from bench.sandbox.kernel import Hardening
-from bench.sandbox.runtime import ExecResult
+from bench.sandbox.runtime import WALL_FACTOR, ExecResult
 
 log = logging.getLogger("ambench.sandbox")
 
@@ -81,7 +81,11 @@ class SandboxPool:
         # caller: nothing of the parent (a loaded model, open files, threads) leaks into it, and the
         # caller's script is not re-imported the way multiprocessing's spawn does.
         parent_sock, child_sock = socket.socketpair()
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        # PYTHONHASHSEED: string hashes are seeded at random per process, so a program iterating over a set of
+        # colour names drew in an order that depended on which worker ran it (issue 22: an outcome is a
+        # function of the program). A fixed seed costs nothing here: flooding a dict with colliding strings
+        # needs full 64-bit collisions, and colliding integers need no seed at all.
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
         # stderr comes back through a pipe the pool drains: a worker's last words say why it died (a Rust
         # "memory allocation ... failed" before SIGABRT is `memory`, not `crash`), and never fill a terminal
         err_r, err_w = os.pipe()
@@ -293,9 +297,14 @@ def _death(exitcode: int, tail: bytes = b"") -> tuple[str, str]:
     """Outcome and reason of an attempt whose worker died with `exitcode`, given its last stderr bytes."""
     sig = -exitcode if exitcode < 0 else 0
     if sig == signal.SIGXCPU:
-        return "timeout", "CPU limit reached inside a builtin (the CPU-time backstop killed the worker)"
+        return "timeout", "CPU limit reached inside a builtin (SIGXCPU: the CPU-time backstop killed the worker)"
     if sig == signal.SIGKILL:
-        return "memory", "worker killed (out of memory)"
+        return "memory", "worker killed by SIGKILL (out of memory)"
+    if sig == signal.SIGALRM:
+        # the same outcome as the CPU backstop it overtakes for a worker stuck inside one C call: a program
+        # the work units bound (at most about 0.6 s of CPU) meets it only on less than a tenth of a core
+        return "timeout", (f"killed by SIGALRM after {WALL_FACTOR} x the CPU limit of wall-clock time in one phase "
+                           "(stuck inside a builtin)")
     lines = [line.strip() for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
     oom = [line for line in lines if any(m.decode() in line for m in _OUT_OF_MEMORY)]
     said = f": {boundary.clean_text((oom or lines)[-1], 160, one_line=True)}" if lines else ""

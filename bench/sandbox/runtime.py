@@ -8,6 +8,7 @@ for trusted text (tests, debugging); everything that runs model output goes thro
 from __future__ import annotations
 
 import ast
+import functools
 import gc
 import math
 import signal
@@ -104,12 +105,28 @@ class _MathNamespace:
 
     __slots__ = ()
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"math.{name} is read-only")
+
+
+@functools.lru_cache(maxsize=8)
+def _math_class(names: tuple[str, ...], metered: tuple[str, ...]) -> type:
+    """The namespace's class, built once per process (building it per program took about 0.1 ms, 2.5% of a
+    typical program): math's constant functions and values as class members, the metered ones as slots
+    that each program's instance fills with functions bound to its own meter."""
+    members = {n: staticmethod(v) if callable(v) else v for n in names if n not in metered for v in (getattr(math, n),)}
+    return type("math", (_MathNamespace,), {"__slots__": metered, "__all__": names, **members})
+
 
 def _math_namespace(overrides: dict[str, Any]) -> Any:
-    names = {n: overrides.get(n, getattr(math, n)) for n in policy.MATH_NAMES}
-    members = {k: staticmethod(v) if callable(v) else v for k, v in names.items()}
-    cls = type("math", (_MathNamespace,), {"__slots__": (), "__all__": tuple(sorted(names)), **members})
-    return cls()
+    # only the names with a charge rule (bench.sandbox.meter.MATH_RULES): a function a newer Python adds is
+    # refused (AttributeError) until it has one
+    names = tuple(sorted(n for n in policy.MATH_NAMES if n in meters.MATH_RULES))
+    metered = tuple(sorted(n for n in overrides if n in names))
+    ns = _math_class(names, metered)()
+    for n in metered:
+        object.__setattr__(ns, n, overrides[n])
+    return ns
 
 
 def environment(meter: meters.Meter, limits: Limits) -> dict[str, Any]:
@@ -118,13 +135,13 @@ def environment(meter: meters.Meter, limits: Limits) -> dict[str, Any]:
     builtins = meters.builtins_table(meter, limits.max_range, limits.max_collection)
     real = meters.real_types(builtins)
     builtins["__import__"] = _import_shim(math_ns)  # reached only by `import math` / `from math import ...`
-    binop = meters.binop_helper(meter, limits.max_collection)
+    binop = meters.binop_helper(meter, limits.max_collection, real)
     return {
         "__builtins__": builtins, "math": math_ns,
         policy.TICK: meter.tick, policy.BINOP: binop, policy.CMP: meters.cmp_helper(meter),
         policy.SIZED: meter.charged, policy.RENDERED: meter.rendered, policy.COPIED: meter.copied,
         policy.KEY: meter.key, policy.ATTR: meters.attr_helper(meter, real),
-        policy.SLICE: slice,
+        policy.SLICE: slice, policy.HASHED: meter.hashed, policy.GENERIC: meters.generic_helper(real, meter.key),
     }
 
 
@@ -139,7 +156,8 @@ def _reason(e: BaseException) -> str:
             parts.append(repr(a))
         else:
             parts.append(f"<{type(a).__name__}>")
-    return f"{type(e).__name__}: {', '.join(parts)[:200]}"
+    # no heap address in a reason (`f'{print!r}'` put one there): outcomes and reasons are the program's own
+    return meters.scrub(f"{type(e).__name__}: {', '.join(parts)[:200]}")
 
 
 def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
@@ -158,6 +176,8 @@ def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
     tree = normalise(tree)
     try:
         policy.check(tree)
+    except policy.TooLarge as e:
+        return ExecResult("budget", str(e), code=code)
     except policy.PolicyError as e:
         return ExecResult("forbidden", str(e), code=code)
     try:
@@ -188,7 +208,7 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
         return prepared
     code, compiled = prepared
     canvas = medium.new_canvas(limits)
-    meter = meters.Meter(limits.max_ops)
+    meter = meters.Meter(limits.max_ops, wall_clock_progress if _kill_on_wall_clock else None)
     canvas.charge = meter.charge
     env = environment(meter, limits)
     env.update(canvas.functions())
@@ -231,6 +251,7 @@ def shapes_within_bound(medium: Medium, calls: list[Call], limits: Limits) -> li
     computing all of them (the polygons' own points are bounded as they are drawn, in Canvas)."""
     geoms, carried = [], 0
     for c in calls:
+        wall_clock_progress()
         g = shape_of(medium, c)
         carried += int(shapely.get_num_coordinates(g))
         if carried > limits.max_total_vertices:
@@ -239,11 +260,42 @@ def shapes_within_bound(medium: Medium, calls: list[Call], limits: Limits) -> li
     return geoms
 
 
+#: wall-clock time one phase (preparing, running, scoring) may take in a sandbox worker, as a multiple of its
+#: CPU limit, before the worker is killed: SIGALRM at its default action ends the process even inside one
+#: long C call, which neither ITIMER_PROF (seen when the call returns) nor the RLIMIT_CPU backstop (seconds
+#: of CPU later, and longer still in wall-clock time on a loaded machine) stops in time
+WALL_FACTOR = 3
+_kill_on_wall_clock = False
+_wall_seconds = 0.0  #: the wall-clock allowance of the phase in progress (0: none)
+
+
+def kill_on_wall_clock() -> None:
+    """Make every `cpu_limit` in this process also kill it after WALL_FACTOR x its seconds of wall-clock time
+    without progress (`wall_clock_progress`). Sandbox workers only: in any other process (a test, `ambench
+    render`) it would end that process."""
+    global _kill_on_wall_clock
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    _kill_on_wall_clock = True
+
+
+def wall_clock_progress() -> None:
+    """The phase in progress is not stuck inside C: its wall-clock allowance starts again. Called by the meter
+    every PROGRESS_UNITS work units and per shape computed, so the wall clock stops a worker stuck in one C
+    call, never a program that is being charged on a machine that gives it little of a core (a program at
+    the full budget took over 6 s of wall-clock time with six workers, two busy loops and other work on
+    two cores)."""
+    if _kill_on_wall_clock and _wall_seconds:
+        signal.setitimer(signal.ITIMER_REAL, _wall_seconds)
+
+
 @contextmanager
-def cpu_limit(seconds: float):
+def cpu_limit(seconds: float, wall: bool = True):
     """Raise CpuTimeout in this thread once the process has used `seconds` more CPU time (ITIMER_PROF:
     CPU time, not wall-clock time, so the limit does not depend on the machine's load). Code stuck
-    inside C sees it when it returns; the worker's RLIMIT_CPU backstop covers code that never does."""
+    inside C sees it when it returns. In a sandbox worker (`kill_on_wall_clock`) RLIMIT_CPU kills it a
+    second or two past `seconds` of CPU, and, with `wall`, the wall clock at WALL_FACTOR x `seconds` without
+    progress. `wall=False` is for one long C call that has no progress to show (an SVG render, scoring):
+    the wall clock flipped a 0.79 s-CPU SVG to `timeout` beside busy loops, so those stay decided by CPU."""
     if not _main_thread():
         yield
         return
@@ -251,16 +303,40 @@ def cpu_limit(seconds: float):
     def on_cpu(signum: int, frame: Any) -> None:
         raise CpuTimeout()
 
+    global _wall_seconds
     old = signal.signal(signal.SIGPROF, on_cpu)
     try:
         signal.setitimer(signal.ITIMER_PROF, seconds)
+        if _kill_on_wall_clock:
+            _cpu_backstop(seconds)
+            if wall:
+                _wall_seconds = WALL_FACTOR * seconds
+                signal.setitimer(signal.ITIMER_REAL, _wall_seconds)
         try:
             yield
         finally:
             # disarm before any handler runs, so a late tick cannot replace the outcome already decided
             signal.setitimer(signal.ITIMER_PROF, 0)
+            if _kill_on_wall_clock:
+                _wall_seconds = 0.0
+                signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
         signal.signal(signal.SIGPROF, old)
+
+
+def _cpu_backstop(seconds: float) -> None:
+    """RLIMIT_CPU (SIGXCPU, which the pool records as `timeout`) one to two seconds past `seconds` of CPU from
+    now, under the worker's hard limit: a phase stuck in C stops soon after its own limit (it was about 12 s
+    of CPU for a program; at 3x the limit, the 9.5 s SVG reached the pool's 60 s far backstop with a twelfth
+    of a core)."""
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(used.ru_utime + used.ru_stime) + math.ceil(seconds) + 1
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 def _main_thread() -> bool:

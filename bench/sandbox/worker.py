@@ -9,8 +9,13 @@ and records its address space as its *base*.
 Outcomes depend only on the program, not on what ran before it or on the machine's load:
 - **CPU time decides `timeout`.** Each program gets `cpu_seconds` of CPU time (ITIMER_PROF), and
   scoring gets its own `cpu_seconds`; an RLIMIT_CPU backstop a second or two later kills a worker
-  stuck inside C (resvg, GEOS), which the pool records as `timeout` too. Wall-clock time is only the
-  pool's far backstop (`Limits.wall_seconds`, outcome `backstop`).
+  stuck inside C (resvg, GEOS), which the pool records as `timeout` too. Wall-clock time does not decide
+  an outcome on its own: preparing or running a canvas program that goes 3 x its CPU limit of wall-clock
+  time without progress (work units charged, shapes computed) kills the worker (SIGALRM, even inside one
+  long C call), which the pool records as `timeout`, the outcome of the CPU backstop it overtakes; an SVG
+  render and scoring (single C calls with no progress to show) are stopped by RLIMIT_CPU a second or two
+  past their CPU limit. The pool itself has a far backstop (`Limits.wall_seconds`, outcome `backstop`) for a worker that
+  stops answering between phases.
 - **Memory is measured per program.** Before each program the address-space limit is set to where
   the worker stands plus `memory_mb`; after it, a worker whose address space stayed more than
   `RECYCLE_SLACK_MB` above its base (a heap that a big program grew and the allocator kept) says so
@@ -43,7 +48,9 @@ from bench.canvas.medium import Limits, Medium  # noqa: E402
 from bench.sandbox import boundary  # noqa: E402
 from bench.sandbox.job import Job  # noqa: E402
 from bench.sandbox.kernel import Hardening, install, read_roots  # noqa: E402
-from bench.sandbox.runtime import PREPARE_CPU_FACTOR, CpuTimeout, ExecResult, cpu_limit, execute  # noqa: E402
+from bench.sandbox.runtime import (  # noqa: E402
+    PREPARE_CPU_FACTOR, CpuTimeout, ExecResult, cpu_limit, execute, kill_on_wall_clock,
+)
 
 RECYCLE_SLACK_MB = 48  #: address space a worker may keep above its base before it is replaced
 LIFETIME_CPU_SECONDS = 3_600  #: hard RLIMIT_CPU over a worker's life (it is replaced before reaching it)
@@ -149,7 +156,7 @@ def _score(state: _State, result: ExecResult, ref: Any) -> ExecResult:
         result.score = zero_score(len(scored_parts(ref)))
         return result
     try:
-        with cpu_limit(state.limits.cpu_seconds):
+        with cpu_limit(state.limits.cpu_seconds, wall=False):  # GEOS calls: no progress to show
             result.score = score_result(result, rg)
     except CpuTimeout:
         failed = ExecResult("budget", f"scoring needed over {state.limits.cpu_seconds:g} s of CPU (geometry too complex)",
@@ -168,7 +175,7 @@ def run_job(state: _State, job: Job) -> ExecResult:
         if job.kind == "svg":
             from bench.svg.render import render_answer
 
-            with cpu_limit(limits.cpu_seconds):
+            with cpu_limit(limits.cpu_seconds, wall=False):  # one resvg call: decided by CPU time
                 result = render_answer(job.text, job.size, job.native)
         elif state.hardening.python_layers:
             result = execute(job.text, medium, limits)
@@ -205,6 +212,7 @@ def serve(conn: Any) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     report = install(hardening, read_roots())
+    kill_on_wall_clock()  # per phase: RLIMIT_CPU just past its CPU limit, SIGALRM at 3x it without progress
     sys.setrecursionlimit(1000)
     _warm_up(state)
     state.base = state.address_space()

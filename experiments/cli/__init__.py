@@ -7,7 +7,7 @@
 - `judge`, `human ...`: VLM judges and the human kit (judges.py)
 - `probe`, `intervene`, `patch`, `steer`: Exp. 3 and beyond (analysis.py)
 - `consistency`: the DINO appendix analyses, concept consistency and the entropy confound (consistency.py)
-- `run`, `merge`: the whole study, shards (study.py)
+- `run`, `merge`, `repair`: the whole study, shards, and the way out of a damaged run directory (study.py)
 - `organism list|train`: the model organisms with known plans (organisms.py)
 """
 

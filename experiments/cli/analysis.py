@@ -8,9 +8,14 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, QuantizeOpt,
-                                    RunOpt, SeedOpt, TaskOpt, TrustOpt, app, bar, f3, fail, run_writer,
-                                    runtime, show)
+from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, QuantizeOpt, RunOpt, SeedOpt, TaskOpt,
+                                    TrustOpt, app, bar, check_device, check_layers, check_model, check_task, f3, fail,
+                                    run_writer, runtime, show)
+
+
+def check_samples(samples: Optional[list[int]]) -> None:
+    if samples and min(samples) < 0:
+        fail(f"--sample {min(samples)}: attempt samples are 0 (the greedy attempt) and up")
 
 
 @app.command()
@@ -22,17 +27,25 @@ def probe(
     exclude_trivial: bool = typer.Option(False, "--exclude-trivial/--include-trivial", help="Drop trivial renders from the consensus."),
     n_perm: int = typer.Option(2500, "--n-perm", min=0, help="Permutations of the headline Delta R^2 test (0: none)."),
     n_perm_layers: int = typer.Option(100, "--n-perm-layers", min=0, help="Permutations per per-layer own-target row (0: none)."),
-    n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Prompt-bootstrap resamples for CIs."),
+    repeats: int = typer.Option(1, "--repeats", min=1, max=50,
+                                help="Partitions of the cross-validation behind every interval (1: the study's own; more: a steadier centre, conservative width)."),
+    target_attempts: str = typer.Option("all", "--target-attempts",
+                                        help="Attempts that form a target: all (the paper's consensus) or sampled (greedy left out)."),
     seed: SeedOpt = 0,
 ) -> None:
-    """Per-layer, per-position occupancy probes (nested CV) with every control and the headline Delta R^2;
-    writes probes.jsonl and plots."""
+    """Per-layer, per-position occupancy probes (nested CV) with every control, the headline Delta R^2 and the
+    beyond-text test; writes probes.jsonl and plots."""
     from experiments.rundir import RunDir
-    from experiments.stages.probe import ProbeError, ProbeSettings, probe_stage
+    from experiments.stages.probe import TARGET_ATTEMPTS, ProbeError, ProbeSettings, probe_stage
 
+    for t in tasks or []:
+        check_task(t)
+    if target_attempts not in TARGET_ATTEMPTS:
+        fail(f"--target-attempts {target_attempts!r}: use {' or '.join(TARGET_ATTEMPTS)}")
     s = ProbeSettings(tasks=tuple(tasks) if tasks else ("layout", "translation"), min_attempts=min_attempts,
-                      exclude_trivial=exclude_trivial, n_perm=n_perm, n_perm_layers=n_perm_layers, n_boot=n_boot, seed=seed)
-    with run_writer(run, "ambench probe") as rd:
+                      exclude_trivial=exclude_trivial, n_perm=n_perm, n_perm_layers=n_perm_layers, repeats=repeats,
+                      target_attempts=target_attempts, seed=seed)
+    with run_writer(run, "ambench probe", needs="activations") as rd:
         try:
             rows = probe_stage(rd, models, s, progress=lambda msg: typer.echo(msg, err=True))
         except ProbeError as e:
@@ -43,6 +56,10 @@ def probe(
             typer.echo(f"{r['model']} {r['task']} {r['target']:<8} {r['position']:<8} Delta R^2 {f3(r['delta_r2'])} "
                        f"[{f3(r['delta_ci'][0])}, {f3(r['delta_ci'][1])}] (best {f3(r['r2_resid'])}, text {f3(r['r2_text'])}) "
                        f"p {f3(r.get('p_perm'))} q {f3(r.get('q_bh'))}")
+        elif r.get("features") == "beyond_text":
+            typer.echo(f"{r['model']} {r['task']} {r['target']:<8} {r['position']:<8} beyond-text Delta {f3(r['delta_beyond'])} "
+                       f"[{f3(r['delta_ci'][0])}, {f3(r['delta_ci'][1])}] (best {f3(r['r2_resid'])}, text ceiling "
+                       f"{r['baseline']} {f3(r['r2_baseline'])}) p {f3(r.get('p_fl'))} q {f3(r.get('q_bh'))}")
         elif r.get("kind") in ("ceiling", "skipped", "targets"):
             typer.echo(show(r))
     typer.echo(f"wrote {run / RunDir.PROBES} ({len(rows)} rows) and plots in {run / RunDir.PROBE_PLOTS}")
@@ -64,9 +81,11 @@ def selectivity(
     from experiments.stages.probe import ProbeError
     from experiments.stages.selectivity import SelectivitySettings, selectivity_stage
 
+    for t in tasks or []:
+        check_task(t)
     s = SelectivitySettings(tasks=tuple(tasks) if tasks else ("layout",), min_attempts=min_attempts,
                             exclude_trivial=exclude_trivial, n_boot=n_boot, seed=seed)
-    with run_writer(run, "ambench selectivity") as rd:
+    with run_writer(run, "ambench selectivity", needs="activations") as rd:
         try:
             rows = selectivity_stage(rd, s, models, progress=lambda msg: typer.echo(msg, err=True))
         except ProbeError as e:
@@ -104,12 +123,15 @@ def attention(
     words (vs uniform attention over the prompt), per layer; writes attention.jsonl, attention_table.json."""
     from experiments.stages.attention import AttentionSettings, attention_stage, summarise_attention
 
+    check_task(task)
+    check_samples(samples)
+    check_device(device, dtype)
     s = AttentionSettings(task=task, layers=tuple(layers) if layers else None, samples=tuple(samples) if samples else None,
                           limit=limit, n_boot=n_boot, seed=seed)
-    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
-    if layers and any(not 0 <= layer < rt.info.n_layers for layer in layers):
-        fail(f"--layers must be in 0..{rt.info.n_layers - 1}")
+    check_model(model)
     with run_writer(run, "ambench attention") as rd:
+        rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+        check_layers(layers or [], rt.info.n_layers)
         with bar(None, "attention", "attempt") as b:
             counts = attention_stage(rt, rd, model, s, progress=b.update)
         typer.echo(show(counts))
@@ -153,16 +175,20 @@ def intervene(
     from bench.intervene.splice import ARMS
     from experiments.stages.intervene import InterveneSettings, intervene_stage, summarise_interventions
 
+    check_task(task)
     if cut not in ("last", "all"):
-        fail("--cut must be last or all")
+        fail(f"--cut {cut!r}: use last or all")
     bad = set(arms or []) - set(ARMS)
     if bad:
-        fail(f"unknown arms {sorted(bad)}: use {', '.join(ARMS)}")
+        fail(f"--arms {sorted(bad)[0]!r}: use {', '.join(ARMS)}")
+    check_samples(samples)
+    check_device(device, dtype)
     s = InterveneSettings(task=task, arms=tuple(arms or ARMS), continuations=continuations, temperature=temperature,
                           max_new_tokens=max_new_tokens, seed=seed, cut=cut, samples=tuple(samples) if samples else None,
                           limit=limit)
-    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+    check_model(model)
     with run_writer(run, "ambench intervene") as rd:
+        rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
         with bar(limit, "interventions", "cut") as b:
             counts = intervene_stage(rt, rd, model, s, progress=b.update)
         typer.echo(show(counts))
@@ -199,12 +225,16 @@ def patch(
 
     from bench.intervene.splice import MOVES
 
+    check_task(task)
     if moved_arm not in {m.name for m in MOVES}:
-        fail(f"--moved-arm must be one of {', '.join(m.name for m in MOVES)}")
+        fail(f"--moved-arm {moved_arm!r}: use {' or '.join(m.name for m in MOVES)}")
+    check_device(device, dtype)
     s = PatchSettings(task=task, layers=tuple(layers) if layers else None, moved_arm=moved_arm, continuations=continuations,
                       temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
-    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+    check_model(model)
     with run_writer(run, "ambench patch") as rd:
+        rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+        check_layers(layers or [], rt.info.n_layers + 1, what="resid_pre of each block, then the final residual")
         n_layers = len(s.layers) if s.layers is not None else rt.info.n_layers
         with bar(n_layers * limit if limit else None, "patching", "cut x layer") as b:
             counts = patch_stage(rt, rd, model, s, progress=b.update)
@@ -240,14 +270,20 @@ def steer(
     from bench.canvas.regions import REGIONS
     from experiments.stages.steer import SteerSettings, steer_stage
 
+    from interp.prompts import POSITIONS
+
+    check_task(task)
     if region not in REGIONS:
-        fail(f"--region must be one of {', '.join(REGIONS)}")
-    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
-    if not 0 <= layer < rt.info.n_layers:
-        fail(f"--layer must be in 0..{rt.info.n_layers - 1}")
-    s = SteerSettings(layer=layer, task=task, region=region, strengths=tuple(strengths), position=position, samples=samples,
-                      temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
+        fail(f"--region {region!r}: use {', '.join(REGIONS)}")
+    if position not in POSITIONS:
+        fail(f"--position {position!r}: use {', '.join(POSITIONS)}")
+    check_device(device, dtype)
+    check_model(model)
     with run_writer(run, "ambench steer") as rd:
+        rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+        check_layers([layer], rt.info.n_layers, "--layer")
+        s = SteerSettings(layer=layer, task=task, region=region, strengths=tuple(strengths), position=position, samples=samples,
+                          temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
         try:
             with bar(None, "steering", "prompt") as b:
                 summary = steer_stage(rt, rd, s, model, progress=b.update)
@@ -263,7 +299,6 @@ def trajectory(
     model: ModelOpt = "smollm2-135m-instruct",
     task: TaskOpt = "layout",
     boundaries: int = typer.Option(6, "--boundaries", min=1, help="Statement boundaries probed after the prompt."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Prompt-bootstrap resamples of every CI."),
     seed: SeedOpt = 0,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -274,9 +309,12 @@ def trajectory(
     """Plan or state: probe the canvas drawn so far and the final canvas at every statement boundary."""
     from experiments.stages.trajectory import TrajectorySettings, trajectory_stage, verdict
 
-    s = TrajectorySettings(task=task, boundaries=boundaries, n_boot=n_boot, seed=seed)
-    rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+    check_task(task)
+    check_device(device, dtype)
+    s = TrajectorySettings(task=task, boundaries=boundaries, seed=seed)
+    check_model(model)
     with run_writer(run, "ambench trajectory") as rd:
+        rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
         with bar(None, "plan or state", "attempt") as b:
             out = trajectory_stage(rt, rd, model, s, progress=b.update)
     typer.echo(f"attempts: {show(out['counts'])}")

@@ -99,17 +99,33 @@ def boundary() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def run_writer(path: Path, command: str) -> Iterator[Any]:
-    """The run directory opened for writing: its lock held for the whole command."""
+def run_writer(path: Path, command: str, create: bool = False, needs: Optional[str] = None) -> Iterator[Any]:
+    """The run directory opened for writing: its lock held for the whole command. Only the commands that make
+    a run (`--out`) create it; one that needs an existing run (`--run`) refuses a folder that is not there."""
     from experiments.rundir import RunDir
 
     with boundary():
-        rd = RunDir.writer(path, command)
+        rd = RunDir.writer(path, command, create=create, needs=needs)
     try:
         with boundary():
             yield rd
     finally:
         rd.close()
+
+
+def check_task(task: str, option: str = "--task") -> None:
+    """A task name the stages know (one sentence otherwise)."""
+    from interp.prompts import TASKS
+
+    if task not in TASKS:
+        fail(f"{option} {task!r}: use {' or '.join(TASKS)}")
+
+
+def check_layers(layers: Any, n_layers: int, option: str = "--layers", what: str = "the model's blocks") -> None:
+    """Indices of the loaded model's blocks (or sites) below `n_layers` (one sentence otherwise)."""
+    bad = [x for x in layers if not 0 <= x < n_layers]
+    if bad:
+        fail(f"{option} must be in 0..{n_layers - 1} ({what}), not {bad[0]}")
 
 
 def read_text(source: str) -> str:
@@ -145,11 +161,31 @@ def load_items(task: Optional[str], prompts: Optional[Path], limit: Optional[int
     return items[:limit] if limit else items
 
 
+def check_model(model: str) -> None:
+    """The model resolves and its folder is whole: checked before the run is opened (nothing loaded yet)."""
+    from experiments.study import check_models
+
+    with boundary():
+        check_models((model,))
+
+
+def check_device(device: Optional[str], dtype: Optional[str]) -> None:
+    """--device and --dtype as the runtime accepts them (one sentence, before anything is opened or loaded)."""
+    import re
+
+    if device is not None and not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+        fail(f"--device {device!r}: use cpu, cuda or cuda:N (mps on a Mac)")
+    if dtype is not None and dtype not in ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"):
+        fail(f"--dtype {dtype!r}: use float32, bfloat16 or float16")
+
+
 def runtime(model: str, device: Optional[str], dtype: Optional[str], compat: bool = False, trust_remote_code: bool = False,
             device_map: Optional[str] = None, quantize: Optional[str] = None) -> Any:
+    """Load the model (call it once the run is locked: a second command on the run is refused before a load)."""
     from experiments.study import check_models
     from interp.runtime import Runtime, describe
 
+    check_device(device, dtype)
     typer.echo(f"loading {model} ...", err=True)
     with boundary():
         check_models((model,))

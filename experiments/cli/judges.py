@@ -33,8 +33,11 @@ def judge(
     from experiments.stages.judge import inversion_table, judge_stage, pass_at_k_table
     from experiments.rundir import RunDir
 
-    if not (run / RunDir.GENERATIONS).is_file():
-        fail(f"{run} has no {RunDir.GENERATIONS}")
+    from experiments.cli.common import check_device
+    from experiments.cli.layout import _need_generations
+
+    _need_generations(run)
+    check_device(device, None)
     if sum(x is not None for x in (base_url, local_folder, spec_file)) != 1:
         fail("give one of --base-url with --judge-model, --local-folder, or --spec")
     try:
@@ -48,6 +51,11 @@ def judge(
         else:
             if not judge_model:
                 fail("--base-url needs --judge-model")
+            from urllib.parse import urlparse
+
+            u = urlparse(base_url)
+            if u.scheme not in ("http", "https") or not u.netloc:
+                fail(f"--base-url {base_url!r}: give an http(s) URL of an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
             spec = JudgeSpec("openai", name, {"base_url": base_url, "model": judge_model, "api_key_env": api_key_env,
                                               "timeout": timeout})
         j = make_judge(spec)
@@ -81,9 +89,12 @@ def human_export(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Write a static HTML page of pairwise comparisons (two mosaics, one prompt) for annotators."""
-    from experiments.cli.layout import ensure_renders
+    from experiments.cli.layout import _need_generations, ensure_renders
     from experiments.stages.human import export_kit
 
+    _need_generations(run)
+    if out.is_file():
+        fail(f"--out {out} is a file; give a folder for index.html and pairs.json")
     ensure_renders(run)
     try:
         with boundary():

@@ -41,8 +41,10 @@ def layout_prompts(
 
 
 def _need_generations(run: Path) -> None:
-    from experiments.rundir import RunDir
+    from experiments.rundir import RunDir, need_run
 
+    with boundary():
+        need_run(run)
     if not (run / RunDir.GENERATIONS).is_file():
         fail(f"{run} has no {RunDir.GENERATIONS}: run `ambench generate --out {run}` first")
 
@@ -61,7 +63,7 @@ def ensure_renders(run: Path) -> None:
 @app.command("renders")
 def render_run(
     run: RunOpt,
-    workers: Optional[int] = typer.Option(None, help="Sandbox workers (default: all cores)."),
+    workers: Optional[int] = typer.Option(None, min=1, help="Sandbox workers (default: all cores)."),
 ) -> None:
     """Run every attempt of a run through the sandbox into RUN/renders/ (resumable)."""
     from experiments.rundir import RunDir

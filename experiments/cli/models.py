@@ -8,9 +8,9 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import (CompatOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, OutRunOpt,
-                                    QuantizeOpt, SeedOpt, TrustOpt, app, bar, boundary, fail, load_items,
-                                    run_writer, runtime, show)
+from experiments.cli.common import (CompatOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, OutRunOpt, QuantizeOpt, SeedOpt,
+                                    TrustOpt, app, bar, boundary, check_device, check_model, fail, load_items, run_writer,
+                                    runtime, show)
 
 PromptsOpt = typer.Option(None, "--prompts", help="Prompt file (JSONL: id, text, task, subject; any task label).")
 TaskSetOpt = typer.Option(None, "--task", help="translation or layout (the built-in prompt set when --prompts is not given).")
@@ -28,6 +28,14 @@ def check_medium(medium: str, output: str, items: list) -> None:
         fail("--output svg has no canvas medium: leave --medium at v1")
     if med.grid != V1.grid and any(it.task == "translation" for it in items):
         fail(f"translation prompts state a {V1.grid}x{V1.grid} grid; the {med.grid}-cell medium {medium} is for layout prompts")
+
+
+def check_protocol(protocol: str) -> None:
+    """A protocol the prompts can be built with (one sentence, before anything is opened or loaded)."""
+    from interp.prompts import PROTOCOLS
+
+    if protocol not in PROTOCOLS:
+        fail(f"--protocol {protocol!r}: use {', '.join(PROTOCOLS)}")
 
 
 @app.command()
@@ -65,8 +73,11 @@ def generate(
     items = load_items(task, prompts, limit)
     check_medium(medium, output, items)
     settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots, output, medium)
-    rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
-    with run_writer(out, "ambench generate") as rd:
+    check_protocol(protocol)
+    check_device(device, dtype)
+    check_model(model)
+    with run_writer(out, "ambench generate", create=True) as rd:  # the lock first: a run in use is said before a load
+        rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
         with bar(len(items) * (samples + 1), f"generate {model}", "attempt") as b:
             gp = GenerationProgress(b)  # attempts, tokens and tokens/s, updated as tokens come
             counts = generate_stage(rt, items, rd, settings, model=model, progress=gp.progress, on_token=gp.on_token,
@@ -112,8 +123,11 @@ def capture(
     if final_site not in ("pre-norm", "post-norm"):
         fail("--final-site must be pre-norm or post-norm")
     items = load_items(task, prompts, limit)
-    rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
-    with run_writer(out, "ambench capture") as rd:
+    check_protocol(protocol)
+    check_device(device, dtype)
+    check_model(model)
+    with run_writer(out, "ambench capture", create=True) as rd:  # the lock first: a run in use is said before a load
+        rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
         with bar(len(items), f"capture {model}", "prompt") as b:
             path = capture_stage(rt, items, rd, CaptureSettings(protocol, shots, store_dtype, batch_size, final_site), model, b.update,
                                  say=lambda m: typer.echo(m, err=True))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -120,6 +119,16 @@ def _report_times(clock: Any) -> None:
 
 
 @app.command()
+def repair(run: Path = typer.Argument(..., help="The run directory to repair (it must exist).")) -> None:
+    """Drop the rows a run can no longer trust (edited, corrupted, torn) and what was made from them, and move
+    aside damaged store parts, so the next run recomputes exactly that."""
+    from experiments.repair import repair_run
+
+    with boundary():
+        repair_run(run, say=lambda m: typer.echo(m, err=True))
+
+
+@app.command()
 def merge(
     shards: list[Path] = typer.Argument(..., help="Shard run directories made with --shard i/n."),
     out: Path = typer.Option(..., "--out", help="Merged run directory (new, or an earlier merge of the same shards)."),
@@ -129,6 +138,9 @@ def merge(
 
     with boundary():
         counts = merge_runs(shards, out)
+    if counts.get("shards"):
+        typer.echo(f"{out} holds shards {', '.join(counts['shards'])} (phase {counts['phase']})"
+                   + (f"; missing {', '.join(counts['missing'])}: merge again when they finish" if counts["missing"] else ""), err=True)
     typer.echo(show(counts))
 
 
@@ -138,13 +150,12 @@ def report(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for index.html (default, for one run: RUN/report/)."),
 ) -> None:
     """One HTML page of any runs: the summary, the methods validated on model organisms, then each run's results."""
-    from experiments.rundir import RunDir
-    from experiments.stages.report import organism_runs, write_combined, write_report
+    from experiments.stages.report import is_run, organism_runs, write_combined, write_report
 
     for r in runs:
         if not organism_runs(r):
-            fail(f"{r} is neither a run directory (with {RunDir.CONFIG}) nor a folder of runs")
-    if out is None and (len(runs) > 1 or not (runs[0] / RunDir.CONFIG).is_file()):
+            fail(f"{r} is neither a run directory (with config.json or generations.jsonl) nor a folder of runs")
+    if out is None and (len(runs) > 1 or not is_run(runs[0])):
         fail("give --out DIR: the report of several runs, or of a folder of runs, is written to DIR/index.html")
     with boundary():
         path = write_report(runs[0]) if out is None else write_combined(runs, out)

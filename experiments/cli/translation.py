@@ -58,7 +58,7 @@ def translation_score(
     refs: Path = typer.Option(..., "--refs", help="References JSONL (from `ambench translation refs`)."),
     attempts: Path = typer.Option(..., "--attempts", help="Attempts JSONL: one {ref_id, text, ...} per line."),
     out: Path = typer.Option(..., "--out", help="Scores JSONL; an existing file is resumed."),
-    workers: Optional[int] = typer.Option(None, help="Sandbox workers (default: all cores)."),
+    workers: Optional[int] = typer.Option(None, min=1, help="Sandbox workers (default: all cores)."),
 ) -> None:
     """Execute every attempt in the sandbox and score it: outcome, PIoU, PIoU_pen, per-part IoUs."""
     from tqdm import tqdm
@@ -108,6 +108,8 @@ def translation_prompts(
         ids = [r.id for r in load_references(which)]
     except ValueError as e:
         fail(str(e))
+    if out.is_dir():
+        fail(f"--out {out} is a folder; give a file for the prompts")
     items = translation_items(ids)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_prompts(items, out)

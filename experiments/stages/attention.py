@@ -85,6 +85,8 @@ def _attention(rt: Any, rd: RunDir, model: str, s: AttentionSettings, progress: 
     from interp.models import ModelError
 
     layers = list(range(rt.info.n_layers)) if s.layers is None else list(s.layers)
+    # rows resume only under the same settings: another command's would drop the study's rows as stale
+    rd.record_config(f"attention/{model}/{s.task}", {**s.as_dict(), "layers": layers})
     render_stage(rd)
     todo = sources(rd, model, s)
     if todo:

@@ -73,8 +73,11 @@ def capture_stage(runtime: Any, items: Sequence[PromptItem], run: Any, s: Captur
                     continue
                 pos = [[b.positions[k] for k in POSITIONS] for _, b in batch]
                 acts = runtime.capture([b.tokens for _, b in batch], pos, final=s.final_site)
+                # the request's tokens (the item's own text, not the protocol's shots or template): a lexical baseline
+                means = np.stack([runtime.input_embeddings(b.tokens)[b.tokens_in([b.request]) or slice(None)].mean(axis=0)
+                                  for _, b in batch])
                 w.append([b.item_id for _, b in batch], acts.numpy(), np.asarray(pos), [t for t, _ in batch],
-                         [inputs[(t, b.item_id)] for t, b in batch])
+                         [inputs[(t, b.item_id)] for t, b in batch], embed_mean=means)
                 if progress:
                     progress(len(batch))
     return folder

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from bench.canvas.extract import extract_code
 from bench.sandbox.boundary import clean_text
 from experiments.rundir import AttemptKey, RunDir, RunError, content_hash, derive_seed, writing
-from interp.prompts import BuiltPrompt, PromptItem, Protocol, build
+from interp.prompts import BuiltPrompt, PromptError, PromptItem, Protocol, build
 
 ENTROPY_DECIMALS = 5
 
@@ -118,6 +118,30 @@ def run_attempts(runtime: Any, attempts: Sequence[Attempt], s: GenerateSettings,
     return [r for _, r in sorted(rows, key=lambda ar: order[id(ar[0])])]
 
 
+def _check_study_arm(rd: RunDir, runtime: Any, model: str, tasks: list[str], s: GenerateSettings, section: str) -> None:
+    """In a study's directory only the study's own arms are generated (`ambench run` records them): attempts of
+    another arm would be mixed into its tables, probes and intervention cuts."""
+    study = rd.config().get("stages", {}).get("study")
+    if not study or "arms" not in study:
+        return
+    if model in study["config"]["models"] and all({"task": t, "settings": s.as_dict()} in study["arms"] for t in tasks):
+        return
+    chat = runtime.info.chat
+
+    def label(task: str, g: dict[str, Any]) -> str:
+        medium = "svg" if g["output"] == "svg" else g["medium"]
+        try:
+            proto = Protocol(g["protocol"], g["shots"]).resolve(chat).label
+        except PromptError:
+            proto = g["protocol"]
+        return f"{task} {proto if medium == 'v1' else f'{medium}/{proto}'} ({g['samples']} samples)"
+
+    arms = ", ".join(label(a["task"], a["settings"]) for a in study["arms"])
+    mine = section.split("/", 2)[-1]
+    raise RunError(f"{rd.path} holds a study (`ambench run`) of {', '.join(study['config']['models'])} with the arms {arms}; "
+                   f"this would add {model} {mine} ({s.samples} samples), which the study would mix in: use another --out")
+
+
 def generate_stage(runtime: Any, items: Sequence[PromptItem], run: Any, s: GenerateSettings, model: str | None = None,
                    progress: Callable[[int, int], None] | None = None,
                    on_token: Callable[[int], None] | None = None,
@@ -131,6 +155,7 @@ def generate_stage(runtime: Any, items: Sequence[PromptItem], run: Any, s: Gener
     first = attempts[0].prompt if attempts else None
     section = f"generate/{model}/{'+'.join(tasks)}/{first.medium if first else s.output}/{first.protocol if first else s.protocol}"
     with writing(run) as rd:
+        _check_study_arm(rd, runtime, model, tasks, s, section)
         rd.record_config(section, {"settings": s.as_dict(), "model": runtime.info.as_dict(), "prompts": [i.id for i in items]})
         rd.record_prompts(items)
         rows = rd.rows(RunDir.GENERATIONS)

@@ -115,15 +115,32 @@ def export_kit(run: Path, out: Path, n_pairs: int = 40, seed: int = 0) -> dict[s
     return meta
 
 
+def _json_object(path: Path, what: str, keys: Sequence[str]) -> dict[str, Any]:
+    """A JSON object with these keys, read from `path`; one sentence for anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{what} {path} is {'a folder' if path.is_dir() else 'not there'}: give the file "
+                         + ("`ambench human export` wrote" if what == "kit" else "the page saved"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"{what} {path} is not a JSON file") from None
+    if not isinstance(data, dict) or any(k not in data for k in keys):
+        raise ValueError(f"{what} {path} is not {'a kit' if what == 'kit' else 'an answer file'} (it needs {', '.join(keys)})")
+    return data
+
+
 def import_answers(kit: Path, files: Sequence[Path], run: Path | None = None, judge: str | None = None,
                    margin: float = 1.0) -> dict[str, Any]:
     import krippendorff
 
-    meta = json.loads((kit / "pairs.json").read_text())
+    meta = _json_object(Path(kit) / "pairs.json", "kit", ("kit", "pairs"))
     pair_ids = [p["pair"] for p in meta["pairs"]]
     sheets = []
     for f in files:
-        data = json.loads(Path(f).read_text())
+        data = _json_object(Path(f), "answers", ("kit", "annotator", "answers"))
+        if not isinstance(data["answers"], dict):
+            raise ValueError(f"answers {f}: 'answers' is not an object of pair -> left, right or tie")
         if data.get("kit") != meta["kit"]:
             raise ValueError(f"{f} answers kit {data.get('kit')!r}, not {meta['kit']!r}")
         bad = {v for v in data["answers"].values() if v not in CHOICES}

@@ -41,7 +41,7 @@ from bench.intervene.splice import ARMS, continued_drawing
 from bench.sandbox.boundary import clean_text
 from experiments.cuts import EXCLUSIONS, cut_tokens, plan_cuts, prompt_items, protocol_from_label
 from experiments.patching_table import patching_table, plot_patching
-from experiments.rundir import AttemptKey, RunDir, content_hash, derive_seed, reading, writing
+from experiments.rundir import AttemptKey, RunDir, RunError, content_hash, derive_seed, reading, writing
 
 INTERVENTIONS = RunDir.INTERVENTIONS
 CUTS = RunDir.CUTS
@@ -79,34 +79,51 @@ def cut_input(c: dict[str, Any], s: Any) -> str:
 
 
 def intervene_stage(rt: Any, run: Any, model: str | None = None, s: InterveneSettings = InterveneSettings(),
-                    progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None) -> dict[str, Any]:
+                    progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None,
+                    say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Continuations for every cut's arms into RUN/interventions.jsonl; returns counts computed from the rows
     on disk. Work units are the cuts in plan order: resumable (a cut whose rows were made from the same
-    inputs is skipped; one made from other inputs is dropped and redone) and shardable (`shard=(i, n)`
-    runs the cuts whose index is i mod n)."""
+    inputs, all of them, is skipped; one made from other inputs, or with rows missing, is dropped and redone)
+    and shardable (`shard=(i, n)` runs the cuts whose index is i mod n). Settings are recorded per model and
+    task: another command's other settings are refused, naming them, before anything changes."""
+    bad = set(s.arms) - set(ARMS)
+    if bad:
+        raise RunError(f"unknown arm {sorted(bad)[0]!r}: use {', '.join(ARMS)}")
+    if s.cut not in ("last", "all"):
+        raise RunError(f"cut {s.cut!r}: use last or all")
     with writing(run) as rd:
-        return _intervene(rt, rd, model or rt.info.name, s, progress, shard)
+        return _intervene(rt, rd, model or rt.info.name, s, progress, shard, say or (lambda m: None))
 
 
 def _intervene(rt: Any, rd: RunDir, model: str, s: InterveneSettings, progress: Callable[[int], None] | None,
-               shard: tuple[int, int] | None) -> dict[str, Any]:
+               shard: tuple[int, int] | None, say: Callable[[str], None]) -> dict[str, Any]:
     from interp.runtime import Sampling, StopRule
 
-    bad = set(s.arms) - set(ARMS)
-    if bad:
-        raise ValueError(f"unknown arms {sorted(bad)}: use {', '.join(ARMS)}")
+    rd.record_config(f"intervene/{model}/{s.task}", s.as_dict())
     arms = [a for a in ARMS if a in set(s.arms)]
     item = prompt_items(rd)
     cuts, records = plan_cuts(rd, model, s.task, s.samples, s.cut, s.limit)
     if shard is None or shard[0] == 0:
         _write_records(rd, model, s.task, records)
     inputs = {(c["key"], c["cut"]): cut_input(c, s) for c in cuts}
+    # a cut is done only when every row it makes is there: (arm, k) for each present arm and continuation
+    wanted = {(c["key"], c["cut"]): {(a.arm, k) for a in c["arms"] if a.arm in arms for k in range(s.continuations)}
+              for c in cuts}
     rows = rd.rows(INTERVENTIONS)
     stale = {(AttemptKey.of(x), x["cut"]) for x in rows if inputs.get((AttemptKey.of(x), x["cut"]), x.get("input")) != x.get("input")}
+    have: dict[tuple[AttemptKey, int], list[tuple[str, int]]] = {}
+    for x in rows:
+        have.setdefault((AttemptKey.of(x), x["cut"]), []).append((x["arm"], x["k"]))
+    torn = {u for u, got in have.items() if u in wanted and u not in stale
+            and (len(got) != len(set(got)) or set(got) != wanted[u])}
+    if torn:
+        say(f"{len(torn)} intervention cuts of {model} had only part of their rows (a torn or edited file): computing them again")
+    stale |= torn
     if stale:
         rd.write_rows(INTERVENTIONS, [x for x in rows if (AttemptKey.of(x), x["cut"]) not in stale])
         rows = rd.rows(INTERVENTIONS)
     done = {(AttemptKey.of(x), x["cut"]) for x in rows}
+    wrote = bool(stale)
     for ci, c in enumerate(cuts):
         key = c["key"]
         if (shard is not None and ci % shard[1] != shard[0]) or (key, c["cut"]) in done:
@@ -131,9 +148,17 @@ def _intervene(rt: Any, rd: RunDir, model: str, s: InterveneSettings, progress: 
                         "overlap": a.overlap, "continuation": clean_text(g.text), "stop": g.stop, "n_tokens": len(g.tokens),
                         "continued": continued_drawing(g.text), "input": inputs[(key, c["cut"])]})
         rd.append(INTERVENTIONS, out)
+        wrote = True
         if progress:
             progress(1)
+    if wrote:  # a cut redone after the others comes back to its place
+        rd.sort_rows(INTERVENTIONS, intervention_unit)
     return intervention_counts(rd, model, s.task)
+
+
+def intervention_unit(r: Any) -> tuple:
+    """A continuation's place within its attempt (the canonical order of interventions.jsonl): cut, arm, k."""
+    return (r["cut"], ARMS.index(r["arm"]) if r["arm"] in ARMS else len(ARMS), r["k"])
 
 
 def intervention_counts(run: Any, model: str, task: str) -> dict[str, Any]:

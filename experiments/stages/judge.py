@@ -11,7 +11,6 @@ import numpy as np
 
 from bench.canvas.png import png_bytes, scale_for
 from bench.layout.judge import DIMENSIONS, PASS, RUBRIC_VERSION, Judge, VerdictCache, cache_key
-from bench.layout.prompts import by_id
 from experiments.rundir import RunDir, reading, writing
 from experiments.stages.render import read_renders, render_stage, row_key
 from experiments.rundir import AttemptKey, arm_of
@@ -32,26 +31,30 @@ def judge_stage(run: Any, judge: Judge, progress: Callable[[int], None] | None =
 
 
 def _judge(rd: RunDir, judge: Any, progress: Callable[[int], None] | None) -> dict[str, int]:
+    from experiments.stages.layout import layout_group
+
     render_stage(rd)
-    prompts = by_id()
+    tier_of, subcategory_of = layout_group(rd, "tier"), layout_group(rd, "subcategory")
     renders = read_renders(rd)
     cache = VerdictCache(rd.file(RunDir.JUDGE_CACHE))
-    rows = [r for r in rd.rows(RunDir.GENERATIONS) if r["task"] == "layout" and r["prompt_id"] in prompts]
+    # every layout attempt, of the benchmark's prompts or of a custom prompt set (its text as the run recorded it)
+    rows = [r for r in rd.rows(RunDir.GENERATIONS) if r["task"] == "layout"]
+    texts = {pid: rd.prompt_item("layout", pid).text for pid in sorted({r["prompt_id"] for r in rows})}
     out, asked, cached = [], 0, 0
     for r in rows:
         rend = renders[row_key(r)]
         base = {k: r[k] for k in ("model", "task", "protocol", "prompt_id", "sample")}
         base["medium"] = AttemptKey.of(r).medium
-        base.update(judge=judge.name, rubric=RUBRIC_VERSION, tier=prompts[r["prompt_id"]].tier,
-                    subcategory=prompts[r["prompt_id"]].subcategory)
+        base.update(judge=judge.name, rubric=RUBRIC_VERSION, tier=tier_of(r["prompt_id"]),
+                    subcategory=subcategory_of(r["prompt_id"]))
         if rend["outcome"] != "ok":
             out.append(dict(base, valid=False, scores={d: 0 for d in DIMENSIONS}, overall=0.0, passed=False))
         else:
             png = png_bytes(rend["pixels"], scale_for(rend["pixels"], JUDGE_IMAGE_SIDE))
-            key = cache_key(png, prompts[r["prompt_id"]].text, judge.name)
+            key = cache_key(png, texts[r["prompt_id"]], judge.name)
             v = cache.get(key)
             if v is None:
-                v = judge.judge(prompts[r["prompt_id"]].text, png)
+                v = judge.judge(texts[r["prompt_id"]], png)
                 cache.put(key, v)
                 asked += 1
             else:

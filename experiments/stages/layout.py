@@ -11,22 +11,42 @@ from experiments.rundir import RunDir, arm_of, reading
 from experiments.stages.render import read_renders, row_key
 
 
+#: the tier and subcategory of a layout prompt that is not one of the benchmark's 150 (a custom prompt set)
+CUSTOM = "custom"
+
+
+def layout_group(rd: RunDir, level: str) -> Any:
+    """prompt id -> its tier (or subcategory): the benchmark's for its own prompts, `custom` for any other
+    (a prompt set of `--prompts`, or a built-in id recorded with another text), so tables cover every prompt set."""
+    prompts = by_id()
+    recorded = rd.prompts()
+
+    def group(pid: str) -> str:
+        p = prompts.get(pid)
+        item = recorded.get(("layout", pid))
+        if p is None or (item is not None and item.text != p.text):
+            return CUSTOM
+        return p.tier if level == "tier" else p.subcategory
+
+    return group
+
+
 def layout_table(run: Any, level: str = "tier") -> list[dict[str, Any]]:
-    """One row per (model, protocol, tier or subcategory): attempts, valid, trivial (of all and of valid)."""
+    """One row per (model, protocol, tier or subcategory): attempts, valid, trivial (of all and of valid). Prompts
+    outside the benchmark's 150 form the group `custom`."""
     if level not in ("tier", "subcategory"):
         raise ValueError("level is tier or subcategory")
-    prompts = by_id()
     rd = reading(run)
+    group_of = layout_group(rd, level)
     renders = read_renders(rd)
     groups: dict[tuple[str, str, str], dict[str, int]] = {}
     for r in rd.rows(RunDir.GENERATIONS):
-        if r["task"] != "layout" or r["prompt_id"] not in prompts:
+        if r["task"] != "layout":
             continue
         rend = renders.get(row_key(r))
         if rend is None:
             continue  # not rendered yet
-        p = prompts[r["prompt_id"]]
-        group = p.tier if level == "tier" else p.subcategory
+        group = group_of(r["prompt_id"])
         for g in (group, "all"):
             c = groups.setdefault((r["model"], arm_of(r), g), {"attempts": 0, "valid": 0, "trivial": 0})
             c["attempts"] += 1

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from bench.intervene.splice import continued_drawing
-from experiments.rundir import AttemptKey, RunDir, content_hash, derive_seed, writing
+from experiments.rundir import AttemptKey, RunDir, RunError, content_hash, derive_seed, writing
 from experiments.cuts import cut_tokens, plan_cuts, prompt_items
 from experiments.patching_table import patching_table, plot_patching
 from hooks.patch import replace_last
@@ -40,12 +40,29 @@ class PatchSettings:
         return asdict(self)
 
 
+DIRECTIONS = ("moved->asis", "asis->moved")
+
+
+def patching_unit(r: Any) -> tuple:
+    """A patching row's place within its attempt (the canonical order of patching.jsonl): cut, layer, direction."""
+    return (r["cut"], r["layer"], DIRECTIONS.index(r["direction"]) if r["direction"] in DIRECTIONS else len(DIRECTIONS))
+
+
+def layers_of(s: PatchSettings, rt: Any) -> list[int]:
+    """The patched layers: the settings' (checked against the model) or every block."""
+    return list(range(rt.info.n_layers)) if s.layers is None else list(s.layers)
+
+
 def patch_stage(rt: Any, run: Any, model: str | None = None, s: PatchSettings = PatchSettings(),
                 progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None) -> dict[str, Any]:
     """Patch resid_pre of layer L at the cut statement's tokens between `s.moved_arm` and null-asis, both
     ways, and sample continuations; one row per (attempt key, cut, layer, direction) in RUN/patching.jsonl.
     Cuts whose two statement lines have different token counts cannot be aligned and are counted as
     skipped. Returns counts computed from the rows on disk."""
+    # resid_pre of block L, or L = n_layers: the final residual (the runtime's sites, as captured)
+    bad = [x for x in (s.layers or ()) if not 0 <= x <= rt.info.n_layers]
+    if bad:  # checked before the run is opened: layer 99 once emptied patching.jsonl and then failed
+        raise RunError(f"patching layer {bad[0]}: the model's sites are 0..{rt.info.n_layers}")
     with writing(run) as rd:
         return _patch(rt, rd, model or rt.info.name, s, progress, shard)
 
@@ -54,11 +71,14 @@ def _patch(rt: Any, rd: RunDir, model: str, s: PatchSettings, progress: Callable
            shard: tuple[int, int] | None) -> dict[str, Any]:
     from interp.runtime import Sampling, StopRule
 
+    # a unit resumes only under the same settings: another command's settings once dropped the study's rows as
+    # stale and wrote its own; now it is refused, naming them, before anything changes
+    rd.record_config(f"patch/{model}/{s.task}", {**s.as_dict(), "layers": layers_of(s, rt)})
     item = prompt_items(rd)
-    layers = list(range(rt.info.n_layers)) if s.layers is None else list(s.layers)
+    layers = layers_of(s, rt)
     skipped = 0
     cuts, _ = plan_cuts(rd, model, s.task, limit=s.limit)
-    src = {"moved->asis": (s.moved_arm, "null-asis"), "asis->moved": ("null-asis", s.moved_arm)}
+    src = {DIRECTIONS[0]: (s.moved_arm, "null-asis"), DIRECTIONS[1]: ("null-asis", s.moved_arm)}
     inputs = {(c["key"], c["cut"]): content_hash(c["answer"], [(a.arm, a.prefix) for a in c["arms"]], s.moved_arm,
                                                  s.continuations, s.temperature, s.max_new_tokens, s.seed) for c in cuts}
     rows = rd.rows(PATCHING)
@@ -66,6 +86,7 @@ def _patch(rt: Any, rd: RunDir, model: str, s: PatchSettings, progress: Callable
     if len(fresh) < len(rows):
         rd.write_rows(PATCHING, fresh)
     done = {(AttemptKey.of(x), x["cut"], x["layer"], x["direction"]) for x in fresh}
+    wrote = len(fresh) < len(rows)
     unit = -1
     for c in cuts:
         if s.moved_arm not in {a.arm for a in c["arms"]}:
@@ -108,8 +129,11 @@ def _patch(rt: Any, rd: RunDir, model: str, s: PatchSettings, progress: Callable
                                       "moved_arm": s.moved_arm, "continuations": s.continuations, "continued": cont,
                                       "rate": float(np.mean(cont)), "seeds": seeds, "input": inputs[(key, c["cut"])]}])
                 done.add((key, c["cut"], layer, direction))
+                wrote = True
             if progress:
                 progress(1)
+    if wrote:  # a unit redone after the others (a repaired row) comes back to its place
+        rd.sort_rows(PATCHING, patching_unit)
     rows = [x for x in rd.rows(PATCHING) if (x["model"], x["task"]) == (model, s.task)]
     return {"model": model, "task": s.task, "rows": len(rows), "cuts": len({(AttemptKey.of(x), x["cut"]) for x in rows}),
             "layers": sorted({x["layer"] for x in rows}), "cuts_with_unequal_token_counts": skipped}

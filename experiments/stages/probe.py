@@ -7,9 +7,10 @@ reads its prompt at all should be decodable.
 
 For every model with `RUN/activations/<model>.h5` and every task:
 - targets: the consensus occupancy over the model's valid attempts (all of them, greedy and sampled,
-  as the paper; `exclude_trivial` drops trivial renders) under the protocol and medium the capture
-  used; prompts with fewer than `min_attempts` such attempts are dropped and counted. Split-half
-  targets from even and odd attempts give the reliability ceiling.
+  as the paper; `target_attempts: sampled` leaves the greedy one out; `exclude_trivial` drops trivial
+  renders) under the protocol and medium the capture used; prompts with fewer than `min_attempts` such
+  attempts are dropped and counted. Split-half targets from a seeded random split of each prompt's
+  attempts give the reliability ceiling.
 - target sets: `own`; with two or more models `shared` (per prompt, the mean of the other models'
   consensus over those that have one for it; which models contributed is recorded) and
   `specific` = own - shared; and `model:<other>` (cross-model selectivity: this model's activations,
@@ -38,10 +39,15 @@ import numpy as np
 
 from experiments.rundir import RunDir, derive_seed, reading, safe_name, writing
 from experiments.stages.render import read_renders, render_stage, row_key
-from interp.probes import (Grid, LayerSweep, benjamini_hochberg, bootstrap_counts, bootstrap_r2, occupancy, perm_p, permutations, split_half_ceiling, tfidf_features)
+from interp.baselines import LEXICAL, fitted_values, freedman_lane, lexical_features
+from interp.intervals import DEFAULT_REPEATS, Interval, delta_interval, fold_sums, r2_interval, repeat_seed, test_over_train
+from interp.probes import Grid, LayerSweep, benjamini_hochberg, occupancy, perm_p, permutations, split_half_ceiling
 from interp.prompts import items_by_id
 
 PROBES = RunDir.PROBES
+#: the text ceiling's candidates, in the order that breaks ties: the lexical readings, then the model's own input
+#: embeddings (averaged over the request, and at the probed position)
+BASELINES = LEXICAL + ("embedding-mean", "embedding@position")
 ROLES = {"layout": "headline", "translation": "control"}
 
 
@@ -56,9 +62,11 @@ class ProbeSettings:
     tasks: tuple[str, ...] = ("layout", "translation")  #: layout is the headline; translation a positive control
     min_attempts: int = 1  #: valid attempts a prompt needs for a consensus target (paper: all valid ones)
     exclude_trivial: bool = False  #: drop trivial (near-uniform) renders from the consensus
+    target_attempts: str = "all"  #: which attempts form the consensus target: all (the paper) or sampled (TARGET_ATTEMPTS)
     n_perm: int = 2500  #: permutations of the headline Delta test (>= 2,500 reaches the paper's p <= 0.0004)
     n_perm_layers: int = 100  #: permutations per per-layer own-target row (the permuted-target control)
-    n_boot: int = 10_000  #: prompt-bootstrap resamples for every CI
+    n_boot: int = 10_000  #: prompt-bootstrap resamples (the stages that share these settings: selectivity)
+    repeats: int = DEFAULT_REPEATS  #: partitions of the repeated CV behind every interval (interp/intervals.py)
     seed: int = 0  #: folds, permutations and bootstrap
     pca: tuple[int, ...] = (4, 8, 16, 32, 64)  #: PCA sizes chosen among inside the folds
     alphas: tuple[float, ...] = tuple(float(a) for a in np.logspace(-2, 5, 15))  #: ridge penalties likewise
@@ -73,10 +81,23 @@ class ProbeSettings:
         return asdict(self)
 
 
+TARGET_ATTEMPTS = {
+    "all": "every valid attempt, greedy and sampled (the paper's consensus)",
+    "sampled": "sampled attempts only: the greedy attempt (temperature 0) is left out, so a decision made by tiny logit "
+               "differences at one token is not part of the target (the negative control's target)",
+}
+
+
 def consensus(run: Any, model: str, task: str, protocol: str, medium: str = "v1", min_attempts: int = 1,
-              exclude_trivial: bool = False, renders: dict[str, dict[str, Any]] | None = None
-              ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
-    """prompt id -> {own, half_a, half_b, n} for one model and task; and counts of prompts kept and dropped."""
+              exclude_trivial: bool = False, renders: dict[str, dict[str, Any]] | None = None,
+              attempts: str = "all", seed: int = 0) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """prompt id -> {own, half_a, half_b, n} for one model and task; and counts of prompts kept and dropped.
+
+    `attempts`: which attempts form the consensus (TARGET_ATTEMPTS). The split halves (for the reliability ceiling)
+    are a random split of each prompt's attempts, seeded by (seed, model, task, prompt): a fixed rule such as
+    even/odd samples would put the greedy attempt always in one half."""
+    if attempts not in TARGET_ATTEMPTS:
+        raise ProbeError(f"target attempts {attempts!r}: one of {', '.join(TARGET_ATTEMPTS)}")
     rd = reading(run)
     renders = read_renders(rd) if renders is None else renders
     per: dict[str, list[tuple[int, np.ndarray]]] = {}
@@ -85,17 +106,24 @@ def consensus(run: Any, model: str, task: str, protocol: str, medium: str = "v1"
         if (r["model"], r["task"], r["protocol"], r.get("medium", "v1")) != (model, task, protocol, medium):
             continue
         seen.add(r["prompt_id"])
+        if attempts == "sampled" and not r.get("temperature"):
+            continue
         x = renders.get(row_key(r))
         if x is None or x["outcome"] != "ok" or (exclude_trivial and x["trivial"]):
             continue
         per.setdefault(r["prompt_id"], []).append((r["sample"], occupancy(x["pixels"], x["background"])))
     out = {}
-    for pid, grids in per.items():
+    for pid in sorted(per):
+        grids = per[pid]
         if len(grids) < min_attempts:
             continue
         grids.sort(key=lambda t: t[0])
         g = np.stack([t[1] for t in grids])
-        halves = (g[0::2].mean(axis=0).ravel(), g[1::2].mean(axis=0).ravel()) if len(grids) >= 2 else (None, None)
+        halves: tuple[Any, Any] = (None, None)
+        if len(grids) >= 2:
+            order = np.random.default_rng(derive_seed(seed, model, task, pid, "split-half")).permutation(len(grids))
+            a, b = order[: (len(grids) + 1) // 2], order[(len(grids) + 1) // 2:]
+            halves = (g[a].mean(axis=0).ravel(), g[b].mean(axis=0).ravel())
         out[pid] = {"own": g.mean(axis=0).ravel(), "half_a": halves[0], "half_b": halves[1], "n": len(grids)}
     return out, {"prompts_seen": len(seen), "kept": len(out), "dropped": len(seen) - len(out)}
 
@@ -193,6 +221,9 @@ def _texts(run: Any, task: str, ids: list[str]) -> list[str]:
 
 def probe_stage(run: Any, models: list[str] | None = None, s: ProbeSettings = ProbeSettings(),
                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    bad = [t for t in s.tasks if t not in ROLES]
+    if bad:  # checked before the run is opened: an unknown task once wrote an empty probes.jsonl over the study's
+        raise ProbeError(f"unknown task {bad[0]!r}: probes are per task, {' or '.join(ROLES)}")
     with writing(run) as rd:
         return _probe_stage(rd, models, s, progress)
 
@@ -206,8 +237,9 @@ def open_stores(rd: RunDir, models: list[str] | None) -> dict[str, Any]:
     if not files:
         raise ProbeError(f"{rd.path} has no activations: run `ambench capture --out {rd.path}` first")
     stores = {}
+    order = rd.prompt_order()  # rows in the run's canonical prompt order, whatever the order of the store's parts
     for f in files:
-        st = ActivationStore(f)
+        st = ActivationStore(f, order)
         name = st.meta.get("name", st.meta["model"]["name"])
         if models is None or name in models or safe_name(name) in models:
             stores[name] = st
@@ -233,7 +265,7 @@ def _probe_stage(rd: RunDir, models: list[str] | None, s: ProbeSettings,
             targets: dict[str, dict[str, dict[str, Any]]] = {}
             for name, st in stores.items():
                 cons, counts = consensus(rd, name, task, st.meta["protocol"], st.meta.get("medium", "v1"),
-                                         s.min_attempts, s.exclude_trivial, renders)
+                                         s.min_attempts, s.exclude_trivial, renders, s.target_attempts, s.seed)
                 if not counts["prompts_seen"]:
                     continue
                 targets[name] = cons
@@ -241,6 +273,7 @@ def _probe_stage(rd: RunDir, models: list[str] | None, s: ProbeSettings,
                     f"({counts['dropped']} of {counts['prompts_seen']} dropped)")
                 rows.append({"model": name, "task": task, "role": role, "kind": "targets", **counts,
                              "min_attempts": s.min_attempts, "exclude_trivial": s.exclude_trivial,
+                             "target_attempts": s.target_attempts,
                              "protocol": st.meta["protocol"], "medium": st.meta.get("medium", "v1"),
                              "final_site": st.meta.get("final_site", "pre-norm")})
             for name in targets:
@@ -254,10 +287,37 @@ def _probe_stage(rd: RunDir, models: list[str] | None, s: ProbeSettings,
     return rows
 
 
+class _Sums:
+    """Fold sums of every probe over the partitions of the repeated CV: key -> lists over partitions of the folds'
+    SSE and SST (interp.intervals)."""
+
+    def __init__(self) -> None:
+        self.sse: dict[tuple[Any, ...], list[np.ndarray]] = {}
+        self.sst: dict[tuple[str, ...], list[np.ndarray]] = {}
+
+    def add(self, key: tuple[Any, ...], target: str, y: np.ndarray, pred: np.ndarray, folds: Any) -> None:
+        sse, sst = fold_sums(y, pred, folds)
+        self.sse.setdefault((target, *key), []).append(sse)
+        if key[0] == "text":  # one SST per target and partition (every probe of a target shares its prompts)
+            self.sst.setdefault((target,), []).append(sst)
+
+    def r2(self, key: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
+        return r2_interval(np.stack(self.sse[(target, *key)]), np.stack(self.sst[(target,)]), n, ratio)
+
+    def delta(self, a: tuple[Any, ...], b: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
+        return delta_interval(np.stack(self.sse[(target, *a)]), np.stack(self.sse[(target, *b)]),
+                              np.stack(self.sst[(target,)]), n, ratio)
+
+
+def _interval_fields(iv: Interval, value: str) -> dict[str, Any]:
+    """The row fields of an interval: the repeated-CV estimate it is centred on, the interval, its standard error."""
+    return {f"{value}_mean": json_number(iv.value), "ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se)}
+
+
 def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets: dict[str, dict[str, dict[str, Any]]],
                  s: ProbeSettings, grid: Grid, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """Every row of one model and task (see the module docstring)."""
-    base = {"model": name, "task": task, "role": role, "seed": s.seed}
+    base = {"model": name, "task": task, "role": role, "seed": s.seed, "target_attempts": s.target_attempts}
     rowmap = st.rows_of(task)
     ids = [p for p in rowmap if p in targets[name]]
     if len(ids) < 2 * grid.outer:
@@ -269,69 +329,157 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
     if info:
         rows.append({**base, "kind": "shared_coverage", **info,
                      "contributors": next((t.contributors for t in tsets if t.name == "shared"), None)})
-    sweeps: dict[tuple[str, ...], dict[str, Any]] = {}  # one set of decompositions per prompt list
+    positions = list(st.positions)
+    n_layers = st.shape[1]
+    features: dict[tuple[str, ...], dict[str, Any]] = {}  # per prompt list: the feature matrices
+    for t in tsets:
+        key = tuple(t.ids)
+        if key not in features:
+            index = [rowmap[p] for p in t.ids]
+            lex = lexical_features(_texts(run, task, t.ids))
+            per_pos = {pos: [st.layer(layer, pos)[index] for layer in range(n_layers)] for pos in positions}
+            emb_mean = st.embed_mean(index)  # None for a store captured before issue 19
+            features[key] = {"lexical": lex, "pos": per_pos, "emb_mean": emb_mean}
 
-    def sweep_for(pids: list[str]) -> dict[str, Any]:
-        key = tuple(pids)
-        if key not in sweeps:
-            index = [rowmap[p] for p in pids]
-            text = LayerSweep([tfidf_features(_texts(run, task, pids))], grid, s.seed)
-            per_pos = {}
-            for pos in st.positions:
-                xs = [st.layer(layer, pos)[index] for layer in range(st.shape[1])]
-                per_pos[pos] = LayerSweep(xs, grid, s.seed)
-            sweeps[key] = {"text": text, "pos": per_pos, "w": bootstrap_counts(len(pids), s.n_boot, s.seed)}
-        return sweeps[key]
+    def sweeps(j: int) -> dict[tuple[str, ...], dict[str, Any]]:
+        seed = repeat_seed(s.seed, j)
+        out = {}
+        for key, f in features.items():
+            lex = {b: LayerSweep([x], grid, seed) for b, x in f["lexical"].items()}
+            if f["emb_mean"] is not None:
+                lex["embedding-mean"] = LayerSweep([f["emb_mean"]], grid, seed)
+            out[key] = {"lex": lex, "pos": {pos: LayerSweep(xs, grid, seed) for pos, xs in f["pos"].items()}}
+        return out
 
     headline = ("own", "shared", "specific")
-    from experiments.progress import bar  # rows and permutations as they are done (a terminal only)
+    from experiments.progress import bar  # (target, position) units as they are done (shown on a terminal only)
 
-    units = bar(len(tsets) * len(st.positions), f"probes {name} {task}", "target x position", leave=False)
+    units = bar((max(1, s.repeats) + 1) * len(tsets) * len(st.positions), f"probes {name} {task}", "target x position",
+                leave=False)
+    sums = _Sums()
+    first: dict[tuple[Any, ...], Any] = {}  # the study's own partition's results, for the rows' point estimates
+    kept: dict[tuple[str, ...], dict[str, Any]] = {}
+    for j in range(max(1, s.repeats)):
+        say(f"{name} {task}: partition {j + 1} of {max(1, s.repeats)} of the repeated cross-validation")
+        sw_all = sweeps(j)
+        if j == 0:
+            kept = sw_all
+        for t in tsets:
+            sw = sw_all[tuple(t.ids)]
+            folds = next(iter(sw["pos"].values())).outer
+            lex = {b: x.layer(t.y, 0) for b, x in sw["lex"].items()}
+            for b, res in lex.items():
+                sums.add(("text" if b == "tfidf" else "lexical", b), t.name, t.y, res.pred, folds)
+            for pos, lsweep in sw["pos"].items():
+                units.update(1)
+                units.set_postfix_str(f"partition {j + 1}: {t.name} at {pos}, {lsweep.n_layers} layers")
+                if j == 0:
+                    say(f"{name} {task}: {t.name} target, position {pos}, {lsweep.n_layers} layers")
+                lsweep_res = {layer: lsweep.layer(t.y, layer) for layer in range(lsweep.n_layers)}
+                for layer, res in lsweep_res.items():
+                    sums.add(("resid", pos, layer), t.name, t.y, res.pred, folds)
+                best = lsweep.best(t.y)
+                sums.add(("resid", pos, "best"), t.name, t.y, best.pred, folds)
+                sums.add(("lexical", f"embedding@position:{pos}"), t.name, t.y, lsweep_res[0].pred, folds)
+                if j == 0:
+                    first[(t.name, pos, "layers")] = lsweep_res
+                    first[(t.name, pos, "best")] = best
+            if j == 0:
+                first[(t.name, "lex")] = lex
+        del sw_all
     for t in tsets:
-        sw = sweep_for(t.ids)
-        w = sw["w"]
-        tb = {**base, "target": t.name, "n_prompts": len(t.ids), "n_boot": s.n_boot}
+        f, sw = features[tuple(t.ids)], kept[tuple(t.ids)]
+        ratio = test_over_train(len(t.ids), grid.outer)
+        tb = {**base, "target": t.name, "n_prompts": len(t.ids), "repeats": max(1, s.repeats)}
         if t.contributors is not None:
             tb["shared_models"] = sorted(t.contributors)
         if t.half_a is not None and t.name in headline:
             c = split_half_ceiling(t.half_a, t.half_b)
             rows.append({**tb, "kind": "ceiling", "n_prompts": int(t.half_a.shape[0]),
                          **{k: json_number(v) for k, v in c.items()}})
-        text = sw["text"].layer(t.y, 0)
-        text_boot = bootstrap_r2(t.y, text.pred, w)
+        lex = first[(t.name, "lex")]
+        text = lex["tfidf"]
         rows.append({**tb, "features": "text", "layer": None, "position": "-", "r2": json_number(text.r2),
-                     "ci": percentile_ci(text_boot), "chosen": text.chosen})
+                     **_interval_fields(sums.r2(("text", "tfidf"), t.name, len(t.ids), ratio), "r2"), "chosen": text.chosen})
+        for b, res in lex.items():
+            if b != "tfidf":
+                rows.append({**tb, "features": "lexical", "baseline": b, "layer": None, "position": "-",
+                             "r2": json_number(res.r2), **_interval_fields(sums.r2(("lexical", b), t.name, len(t.ids), ratio), "r2"),
+                             "chosen": res.chosen})
         for pos, lsweep in sw["pos"].items():
             units.update(1)
-            units.set_postfix_str(f"{len(rows)} rows; {t.name} at {pos}: {lsweep.n_layers} layers"
-                                  + (f", {s.n_perm} permutations" if s.n_perm and t.name in headline else ""))
-            say(f"{name} {task}: {t.name} target, position {pos}, {lsweep.n_layers} layers")
-            for layer in range(lsweep.n_layers):
-                res = lsweep.layer(t.y, layer)
+            units.set_postfix_str(f"{len(rows)} rows; {t.name} at {pos}"
+                                  + (f": {s.n_perm} permutations" if s.n_perm and t.name in headline else ""))
+            for layer, res in first[(t.name, pos, "layers")].items():
                 row = {**tb, "features": "resid", "layer": layer, "position": pos, "r2": json_number(res.r2),
-                       "ci": percentile_ci(bootstrap_r2(t.y, res.pred, w)), "chosen": res.chosen}
+                       **_interval_fields(sums.r2(("resid", pos, layer), t.name, len(t.ids), ratio), "r2"), "chosen": res.chosen}
                 if t.name == "own" and s.n_perm_layers and np.isfinite(res.r2):
                     perms = permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"))
                     null = lsweep.permuted_r2(t.y, perms, layers=[layer])
                     row.update(p_perm=perm_p(null, res.r2), null_mean=json_number(float(np.nanmean(null))), n_perm=s.n_perm_layers)
                 rows.append(row)
-            best = lsweep.best(t.y)
-            best_boot = bootstrap_r2(t.y, best.pred, w)
+            best = first[(t.name, pos, "best")]
             rows.append({**tb, "features": "resid", "layer": "best", "position": pos, "r2": json_number(best.r2),
-                         "ci": percentile_ci(best_boot), "chosen": best.chosen})
+                         **_interval_fields(sums.r2(("resid", pos, "best"), t.name, len(t.ids), ratio), "r2"), "chosen": best.chosen})
             if t.name not in headline:
                 continue
             delta = best.r2 - text.r2
+            div = sums.delta(("resid", pos, "best"), ("text", "tfidf"), t.name, len(t.ids), ratio)
             drow = {**tb, "features": "delta", "layer": "best", "position": pos, "delta_r2": json_number(delta),
-                    "r2_resid": json_number(best.r2), "r2_text": json_number(text.r2), "delta_ci": percentile_ci(best_boot - text_boot),
+                    "r2_resid": json_number(best.r2), "r2_text": json_number(text.r2), "delta_mean": json_number(div.value),
+                    "delta_ci": [json_number(div.lo), json_number(div.hi)], "se": json_number(div.se),
                     "n_perm": s.n_perm, "p_perm": None, "chosen_layers": [c["layer"] for c in best.chosen]}
             if s.n_perm and np.isfinite(delta):
                 pseed = derive_seed(s.seed, name, task, t.name, pos, "delta-perm")
                 perms = permutations(len(t.ids), s.n_perm, pseed)
-                null = lsweep.permuted_r2(t.y, perms) - sw["text"].permuted_r2(t.y, perms)
+                null = lsweep.permuted_r2(t.y, perms) - sw["lex"]["tfidf"].permuted_r2(t.y, perms)
                 drow.update(p_perm=perm_p(null, delta), null_mean=json_number(float(np.nanmean(null))), perm_seed=pseed)
             rows.append(drow)
+            rows.append(_beyond_text(tb, t, pos, lsweep, sw, f, best, sums, ratio, s, name, task))
+    units.close()
     return rows
+
+
+def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep, sw: dict[str, Any], f: dict[str, Any],
+                 best: Any, sums: _Sums, ratio: float, s: ProbeSettings, name: str, task: str) -> dict[str, Any]:
+    """The row of the claim "beyond the prompt's text": the probe against the strongest lexical baseline (the text
+    ceiling, chosen by its repeated-CV R^2; ties in the order of BASELINES), with the Freedman-Lane test."""
+    cands = {b: ("text", b) if b == "tfidf" else ("lexical", b) for b in sw["lex"]}
+    cands["embedding@position"] = ("lexical", f"embedding@position:{pos}")
+    r2s = {b: sums.r2(k, t.name, len(t.ids), ratio).value for b, k in cands.items()}
+    order = [b for b in BASELINES if b in r2s]
+    # the strongest by its estimate rounded to 1e-9 (rounding never picks the ceiling), ties in the listed order
+    top = max(order, key=lambda b: (round(r2s[b], 9) if np.isfinite(r2s[b]) else -np.inf, -order.index(b)))
+    bsweep = lsweep if top == "embedding@position" else sw["lex"][top]
+    blayers = [0] if top == "embedding@position" else None
+    bres = bsweep.layer(t.y, 0)
+    delta = best.r2 - bres.r2
+    iv = sums.delta(("resid", pos, "best"), cands[top], t.name, len(t.ids), ratio)
+    row = {**tb, "features": "beyond_text", "layer": "best", "position": pos, "baseline": top,
+           "baselines": {b: json_number(v) for b, v in r2s.items()}, "r2_resid": json_number(best.r2),
+           "r2_baseline": json_number(bres.r2), "delta_beyond": json_number(delta), "delta_mean": json_number(iv.value),
+           "delta_ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se), "n_perm": s.n_perm, "p_fl": None}
+    if f["emb_mean"] is None:
+        row["missing_baselines"] = {"embedding-mean": "the activations were captured without it (before issue 19): "
+                                                      "capture again to add it"}
+    if s.n_perm and np.isfinite(delta):
+        x = f["pos"][pos][0] if top == "embedding@position" else (f["emb_mean"] if top == "embedding-mean" else f["lexical"][top])
+        fitted = fitted_values(x, t.y, s.grid, s.seed)
+        pseed = derive_seed(s.seed, name, task, t.name, pos, "beyond-text-perm")
+        p, null = freedman_lane(lsweep, _OneLayer(bsweep, blayers), fitted, t.y, delta, s.n_perm, pseed)
+        row.update(p_fl=p, null_mean=json_number(float(np.nanmean(null))), perm_seed=pseed)
+    return row
+
+
+class _OneLayer:
+    """A sweep seen as the baseline: its R^2 of any targets with the layer fixed (the embedding at the position is
+    layer 0 of the position's sweep)."""
+
+    def __init__(self, sweep: LayerSweep, layers: list[int] | None) -> None:
+        self.sweep, self.layers = sweep, layers
+
+    def r2_of(self, targets: Any, count: int, outputs: int, layers: Any = None) -> np.ndarray:
+        return self.sweep.r2_of(targets, count, outputs, self.layers)
 
 
 def _adjust(rows: list[dict[str, Any]]) -> None:
@@ -340,14 +488,15 @@ def _adjust(rows: list[dict[str, Any]]) -> None:
     layer_rows = [r for r in rows if r.get("features") == "resid" and "p_perm" in r]
     for r, q in zip(layer_rows, benjamini_hochberg([r["p_perm"] for r in layer_rows])):
         r["q_bh"] = round(q, 6)
-    families: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        if r.get("features") == "delta" and r.get("p_perm") is not None:
-            families.setdefault((r["task"], r["target"], r["position"]), []).append(r)
-    for (task, target, pos), fam in families.items():
-        for r, q in zip(fam, benjamini_hochberg([r["p_perm"] for r in fam])):
-            r["q_bh"] = round(q, 6)
-            r["bh_family"] = (f"one test per model ({len(fam)} models): task {task}, target {target}, position {pos}")
+    for features, p in (("delta", "p_perm"), ("beyond_text", "p_fl")):
+        families: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for r in rows:
+            if r.get("features") == features and r.get(p) is not None:
+                families.setdefault((r["task"], r["target"], r["position"]), []).append(r)
+        for (task, target, pos), fam in families.items():
+            for r, q in zip(fam, benjamini_hochberg([r[p] for r in fam])):
+                r["q_bh"] = round(q, 6)
+                r["bh_family"] = (f"one test per model ({len(fam)} models): task {task}, target {target}, position {pos}")
 
 
 def plot_probes(rd: RunDir, rows: list[dict[str, Any]]) -> list[Path]:

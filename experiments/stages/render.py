@@ -39,7 +39,8 @@ def store_medium(medium: str) -> str:
     return DEFAULT_MEDIUM if medium == "svg" else medium
 
 
-def _store(rd: RunDir, medium: str, say: Callable[[str], None] | None = None) -> Any:
+def render_store(rd: RunDir, medium: str, say: Callable[[str], None] | None = None) -> Any:
+    """The render store of one medium (its folder, resolution and metadata), for reading or, under the lock, writing."""
     from activations.renders import RenderStore
     from bench.canvas.medium import get_medium
 
@@ -75,7 +76,7 @@ def _render_medium(rd: RunDir, medium: str, rows: list[dict[str, Any]], workers:
     from bench.canvas.medium import get_medium
     from bench.sandbox.pool import SandboxPool
 
-    store = _store(rd, medium, say)
+    store = render_store(rd, medium, say)
     med = get_medium(medium)
     n = med.resolution
     store.repair()
@@ -110,12 +111,12 @@ def _stores(rd: RunDir, medium: str | None) -> list[Any]:
     from activations.renders import RenderStore
 
     if medium is not None:
-        return [_store(rd, store_medium(medium))]
+        return [render_store(rd, store_medium(medium))]
     out = []
     for folder in rd.render_stores():
         m = RenderStore.medium_of(folder)
         if m is not None:
-            out.append(_store(rd, m))
+            out.append(render_store(rd, m))
     return out
 
 
@@ -127,7 +128,7 @@ def renders_complete(run: Any, medium: str | None = None) -> bool:
     for r in rows:
         sm = store_medium(AttemptKey.of(r).medium)
         if sm not in done:
-            done[sm] = _store(rd, sm).done() if rd.renders(sm).is_dir() else {}
+            done[sm] = render_store(rd, sm).done() if rd.renders(sm).is_dir() else {}
         if done[sm].get(row_key(r)) != render_input(r):
             return False
     return True
@@ -172,7 +173,7 @@ def read_renders(run: Any, medium: str | None = None) -> dict[str, dict[str, Any
     out: dict[str, dict[str, Any]] = {}
     for store in _stores(reading(run), medium):
         out.update(store.read())
-    return out
+    return dict(sorted(out.items()))  # canonical key order: never the order of the parts (a recomputed one comes last)
 
 
 def validity(rows: Iterable[dict[str, Any]], renders: dict[str, dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:

@@ -511,12 +511,17 @@ SECTIONS: tuple[Section, ...] = (_translation, _layout, _media, _tier_gaps, _pro
 # --------------------------------------------------------------------------- the methods, validated
 
 
+def is_run(path: Path) -> bool:
+    """A run directory: it has the settings record or attempts."""
+    return (Path(path) / RunDir.CONFIG).is_file() or (Path(path) / RunDir.GENERATIONS).is_file()
+
+
 def organism_runs(path: Path) -> list[Path]:
     """The run directories of `path`: itself when it is one, else the runs in it (the organisms preset's parts)."""
     path = Path(path)
-    if (path / RunDir.CONFIG).is_file():
+    if is_run(path):
         return [path]
-    return sorted(p for p in path.iterdir() if (p / RunDir.CONFIG).is_file()) if path.is_dir() else []
+    return sorted(p for p in path.iterdir() if is_run(p)) if path.is_dir() else []
 
 
 def validation_rows(run: Path) -> list[dict[str, Any]]:
@@ -599,7 +604,7 @@ def render_page(paths: Sequence[Path]) -> str:
     config: list[dict[str, Any]] = []
     answers_by_run: list[tuple[str, list[Answer]]] = []
     for path in map(Path, paths):
-        single = (path / RunDir.CONFIG).is_file()
+        single = is_run(path)
         for run in organism_runs(path):
             groups.append((run, validation_rows(run)))
         if not single:
@@ -657,5 +662,5 @@ def write_combined(paths: Sequence[Path], out: Path) -> Path:
     return out / "index.html"
 
 
-__all__ = ["SECTIONS", "delta_note", "organism_runs", "paper_values", "render_page", "validation_rows", "write_combined",
+__all__ = ["SECTIONS", "delta_note", "is_run", "organism_runs", "paper_values", "render_page", "validation_rows", "write_combined",
            "write_report"]

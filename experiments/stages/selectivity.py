@@ -52,6 +52,7 @@ class SelectivitySettings:
     tasks: tuple[str, ...] = ("layout",)  #: tasks to tabulate (layout is the paper's question)
     min_attempts: int = 1  #: valid attempts a prompt needs for a consensus target (as the probe stage)
     exclude_trivial: bool = False  #: drop trivial renders from the consensus (as the probe stage)
+    target_attempts: str = "all"  #: which attempts form the consensus (as the probe stage)
     n_boot: int = 10_000  #: prompt-clustered bootstrap resamples of every CI
     seed: int = 0  #: the probes' folds (as the probe stage) and, derived, the resamples
     pca: tuple[int, ...] = _PROBE.pca  #: PCA sizes chosen among inside the folds (as the probe stage)
@@ -80,6 +81,12 @@ def _nanmean(arrays: list[np.ndarray]) -> np.ndarray:
 def selectivity_stage(run: Any, s: SelectivitySettings = SelectivitySettings(), models: list[str] | None = None,
                       progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Write RUN/selectivity.jsonl (see the module docstring) and return its rows."""
+    from experiments.stages.probe import ProbeError
+    from interp.prompts import TASKS
+
+    bad = [t for t in s.tasks if t not in TASKS]
+    if bad:  # checked before the run is opened (an unknown task once replaced selectivity.jsonl)
+        raise ProbeError(f"unknown task {bad[0]!r}: selectivity is per task, {' or '.join(TASKS)}")
     with writing(run) as rd:
         return _selectivity(rd, s, models, progress or (lambda m: None))
 
@@ -95,7 +102,7 @@ def _selectivity(rd: RunDir, s: SelectivitySettings, models: list[str] | None,
             targets = {}
             for name, st in stores.items():
                 cons, counts = consensus(rd, name, task, st.meta["protocol"], st.meta.get("medium", "v1"), s.min_attempts,
-                                         s.exclude_trivial, renders)
+                                         s.exclude_trivial, renders, s.target_attempts, s.seed)
                 if counts["prompts_seen"]:
                     targets[name] = cons
             if len(targets) < 2:

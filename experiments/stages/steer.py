@@ -87,7 +87,7 @@ def _steer(rt: Any, rd: RunDir, s: SteerSettings, model: str, progress: Callable
     from interp.prompts import build
     from interp.runtime import Sampling, StopRule
 
-    with ActivationStore(rd.activations(model)) as st:
+    with ActivationStore(rd.activations(model), rd.prompt_order()) as st:
         protocol, medium = st.meta["protocol"], st.meta.get("medium", "v1")
         cons, _ = consensus(run, model, s.task, protocol, medium, 1)
         rowmap = st.rows_of(s.task)

@@ -41,17 +41,19 @@ class TrajectorySettings:
     boundaries: int = 6  #: statement boundaries after boundary 0 (the last prompt token)
     samples: tuple[int, ...] = (0,)  #: attempt samples used (0: the greedy attempt; one attempt per prompt keeps folds by prompt)
     min_attempts: int = 10  #: attempts a boundary needs to be probed (fewer: the boundary is skipped, with a row saying so)
-    n_boot: int = 1000  #: prompt-bootstrap resamples of every CI
     lead_margin: float = 0.05  #: final - state counts as a lead when its CI's lower end exceeds this R^2 (two
     #: probes of equal information differ by a little in regularisation; a lead must be more than that)
-    seed: int = 0  #: folds and bootstrap resamples derive from it
+    seed: int = 0  #: the probes' folds derive from it
     batch_size: int = 4  #: attempts per forward pass
     final_site: str = "pre-norm"  #: the last capture site (as the capture stage)
 
     def __post_init__(self) -> None:
-        if self.boundaries < 1 or self.min_attempts < 10 or self.n_boot < 1 or self.batch_size < 1:
-            raise RunError("trajectory settings: boundaries >= 1, min_attempts >= 10 (5-fold nested CV), n_boot >= 1 "
-                           "and batch_size >= 1")
+        from interp.prompts import TASKS
+
+        if self.task not in TASKS:
+            raise RunError(f"trajectory task {self.task!r}: use {' or '.join(TASKS)}")
+        if self.boundaries < 1 or self.min_attempts < 10 or self.batch_size < 1:
+            raise RunError("trajectory settings: boundaries >= 1, min_attempts >= 10 (5-fold nested CV) and batch_size >= 1")
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -161,7 +163,8 @@ def capture_boundaries(rt: Any, run: Any, attempts: Sequence[Attempt], s: Trajec
 def probe_boundaries(attempts: Sequence[Attempt], acts: Sequence[np.ndarray], s: TrajectorySettings,
                      base: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows for every boundary: the three probes' R^2 with CIs, and final - state with its paired CI."""
-    from interp.probes import Grid, LayerSweep, bootstrap_ci, delta_bootstrap_ci
+    from interp.intervals import delta_interval, fold_sums, r2_interval, test_over_train
+    from interp.probes import Grid, LayerSweep
 
     grid = Grid()
     rows: list[dict[str, Any]] = []
@@ -178,15 +181,19 @@ def probe_boundaries(attempts: Sequence[Attempt], acts: Sequence[np.ndarray], s:
         sweep = LayerSweep(xs, grid, seed=s.seed)
         res = {"drawn": sweep.best(y_drawn), "final": sweep.best(y_final)}
         res["state"] = LayerSweep([y_drawn], grid, seed=s.seed).best(y_final)
+        # intervals of the expected R^2 (interp/intervals.py), from the folds the three probes share (same seed, n)
+        n, ratio = len(use), test_over_train(len(use), grid.outer)
+        sums = {name: fold_sums(y_drawn if name == "drawn" else y_final, res[name].pred, sweep.outer) for name in PROBES}
         for name in PROBES:
             r = res[name]
-            y = y_drawn if name == "drawn" else y_final
             layers = sorted({c.get("layer") for c in r.chosen if c.get("layer") is not None})
+            iv = r2_interval(sums[name][0][None], sums[name][1][None], n, ratio)
             # R^2 of a constant target (nothing drawn yet at every attempt) is undefined: None, not NaN
-            rows.append({**row, "probe": name, "r2": _num(r.r2), "ci": [_num(v) for v in bootstrap_ci(y, r.pred, s.n_boot, s.seed)],
+            rows.append({**row, "probe": name, "r2": _num(r.r2), "ci": [_num(iv.lo), _num(iv.hi)],
                          "layers": layers if name != "state" else None})
         d = float(res["final"].r2 - res["state"].r2)
-        ci = [_num(v) for v in delta_bootstrap_ci(y_final, res["final"].pred, res["state"].pred, s.n_boot, s.seed)]
+        iv = delta_interval(sums["final"][0][None], sums["state"][0][None], sums["final"][1][None], n, ratio)
+        ci = [_num(iv.lo), _num(iv.hi)]
         rows.append({**row, "probe": "final-state", "r2": _num(d), "ci": ci, "layers": None,
                      "lead": bool(ci[0] is not None and ci[0] > s.lead_margin), "lead_margin": s.lead_margin})
     return rows

@@ -83,6 +83,8 @@ def score_attempts(
     refs = load_reference_file(refs_path)
     # a run's generations.jsonl works as is: its translation rows name the reference by prompt_id
     attempts = [a for a in read_jsonl(attempts_path, "attempts") if a.get("task", "translation") == "translation"]
+    if not attempts:  # an empty file once "scored" 0 attempts and passed for a result
+        raise InputError(f"attempts {attempts_path} holds no translation attempts: give one {{ref_id, text}} object per line")
     for n, a in enumerate(attempts, 1):
         if "ref_id" not in a and "prompt_id" in a:
             a["ref_id"] = a["prompt_id"]

@@ -21,6 +21,30 @@ PRESETS: dict[str, dict[str, Any]] = {k: v for k, v in json.loads(
     resources.files("experiments").joinpath("data/presets.json").read_text(encoding="utf-8")).items() if not k.startswith("_")}
 
 
+def check_settings(c: "StudyConfig") -> None:
+    """The settings a study would otherwise find wrong only hours in, or ignore without a word: one sentence each."""
+    import re
+    from urllib.parse import urlparse
+
+    from interp.prompts import PROTOCOLS
+
+    if c.protocol not in PROTOCOLS:
+        raise ValueError(f"--protocol {c.protocol!r}: use {', '.join(PROTOCOLS)}")
+    if c.device is not None and not re.fullmatch(r"cpu|mps|cuda(:\d+)?", c.device):
+        raise ValueError(f"--device {c.device!r}: use cpu, cuda or cuda:N (mps on a Mac)")
+    if c.dtype is not None and c.dtype not in ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"):
+        raise ValueError(f"--dtype {c.dtype!r}: use float32, bfloat16 or float16")
+    if (c.judge_url is None) != (c.judge_model is None):  # judging once was skipped without a word with only one
+        raise ValueError("--judge-url and --judge-model go together: give both to judge, or neither")
+    if c.judge_url is not None:
+        u = urlparse(c.judge_url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise ValueError(f"--judge-url {c.judge_url!r}: give an http(s) URL of an OpenAI-compatible endpoint, "
+                             "e.g. http://127.0.0.1:8000/v1")
+    if not c.models:
+        raise ValueError("--model: give at least one model")
+
+
 @dataclass(frozen=True)
 class StudyConfig:
     """Every setting of a study. The defaults are the quick study (the README's main job, minutes on a CPU);
@@ -39,9 +63,12 @@ class StudyConfig:
     svg: bool = False  #: also run the SVG arm (Exp. 2)
     batch_size: int = 8  #: attempts per generation batch and prompts per capture batch
     min_attempts: int = 1  #: valid attempts a prompt needs for a probe target
+    #: which attempts form a probe target's consensus: "all" valid ones (the paper) or "sampled" only (the greedy
+    #: attempt left out: a negative control's target; experiments.stages.probe.TARGET_ATTEMPTS)
+    target_attempts: str = "all"
     n_perm: int = 999  #: permutations of the headline Delta R^2 test (the paper preset: 2,500)
     n_perm_layers: int = 49  #: permutations per per-layer probe row
-    n_boot: int = 2000  #: prompt-bootstrap resamples of every CI
+    n_boot: int = 2000  #: resamples of the bootstrap CIs (selectivity, attention, layout; probes need none)
     continuations: int = 3  #: continuations per intervention arm and cut (paper: 9)
     intervene_cuts: int = 6  #: intervention cuts per model (0 = every cut)
     intervene_tokens: int = 64  #: tokens per continuation (interventions and patching)
@@ -84,6 +111,10 @@ class StudyConfig:
             get_medium(m)  # an unknown name is one sentence (ValueError)
         if len(set(self.media)) != len(self.media):
             raise ValueError("a medium is given twice")
+        if self.target_attempts not in ("all", "sampled"):
+            raise ValueError(f"target_attempts {self.target_attempts!r}: all or sampled")
+        check_settings(self)
+
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> "StudyConfig":
@@ -146,7 +177,7 @@ class StudyConfig:
         from experiments.stages.probe import ProbeSettings
 
         return ProbeSettings(min_attempts=self.min_attempts, n_perm=self.n_perm, n_perm_layers=self.n_perm_layers,
-                             n_boot=self.n_boot, seed=self.seed)
+                             n_boot=self.n_boot, seed=self.seed, target_attempts=self.target_attempts)
 
     def selectivity_settings(self) -> Any:
         """The selectivity stage's settings: the probe stage's targets, grid and seed (issue 16)."""
@@ -154,7 +185,8 @@ class StudyConfig:
 
         p = self.probe()
         return SelectivitySettings(min_attempts=p.min_attempts, exclude_trivial=p.exclude_trivial, n_boot=p.n_boot, seed=p.seed,
-                                   pca=p.pca, alphas=p.alphas, outer=p.outer, inner=p.inner)
+                                   pca=p.pca, alphas=p.alphas, outer=p.outer, inner=p.inner,
+                                   target_attempts=p.target_attempts)
 
     def attention_settings(self) -> Any:
         """The attention-focus stage's settings (issue 16): every valid layout attempt, every block."""
@@ -166,6 +198,29 @@ class StudyConfig:
         """(task, output, medium) of every generation arm, in the order they run."""
         return ([("translation", "canvas", "v1"), ("layout", "canvas", "v1")] + ([("layout", "svg", "v1")] if self.svg else [])
                 + [("layout", "canvas", m) for m in self.media])  # issue 16: extra canvas media
+
+    def arm_record(self) -> list[dict[str, Any]]:
+        """Every arm as recorded in config.json (task and the generate stage's settings): what `ambench generate`
+        checks before it adds attempts to a study's directory (a study uses exactly its arms)."""
+        return [{"task": t, "settings": self.generate(t, o, m).as_dict()} for t, o, m in self.arms()]
+
+    def protocol_labels(self) -> set[str]:
+        """The protocol labels this study's attempts can carry (`auto` resolves to one of two, per model)."""
+        from interp.prompts import PromptError, Protocol
+
+        out = set()
+        for chat in (True, False):
+            try:
+                out.add(Protocol(self.protocol, self.shots).resolve(chat).label)
+            except PromptError:
+                pass
+        return out
+
+    def names_attempt(self, row: dict[str, Any]) -> bool:
+        """Whether a generations row is of one of this study's arms (model, task, medium and protocol)."""
+        media = {(t, "svg" if o == "svg" else m) for t, o, m in self.arms()}
+        return (row["model"] in self.models and (row["task"], row.get("medium", "v1")) in media
+                and row["protocol"] in self.protocol_labels())
 
 
 REPO = Path(__file__).resolve().parents[2]

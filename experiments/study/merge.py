@@ -14,7 +14,10 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
     """Merge shard directories of one `ambench run` into `out`, rows in an unsharded run's order.
 
     `out` may be new, or hold exactly these shards' earlier merge (a rerun after more units finished);
-    a directory with other settings or with rows the shards do not have is refused."""
+    a directory with other settings or with rows the shards do not have is refused. Each shard records which
+    shard (i/n) and model phase it holds (`RunDir.record_shard`): the same shard twice, or shards of
+    different splits, are refused; the merge records which shards it holds and which are missing
+    (`config.json` "merged", and the returned counts), and `ambench run` on it names the missing ones."""
     from activations.store import merge_stores
     from bench.intervene.splice import ARMS
 
@@ -23,13 +26,24 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
     for s in shards:
         if not (s / RunDir.CONFIG).is_file():
             raise RunError(f"{s} is not a shard of `ambench run` (no {RunDir.CONFIG})")
+    seen_paths: dict[Path, Path] = {}
+    for s in shards:
+        if s.resolve() in seen_paths:
+            raise RunError(f"{s} is given twice: give each shard directory once")
+        seen_paths[s.resolve()] = s
     configs = [RunDir(s).config() for s in shards]
-    base = configs[0].get("stages", {}).get("study", {}).get("config")
+    study = configs[0].get("stages", {}).get("study", {})
+    base = study.get("config")
     if base is None:
         raise RunError(f"{shards[0]} was not made by `ambench run`")
     for s, cfg in zip(shards, configs):
-        if cfg.get("stages", {}).get("study", {}).get("config") != base:
+        other = cfg.get("stages", {}).get("study", {})
+        if other.get("config") != base:
             raise RunError(f"{s} was made with other settings than {shards[0]}")
+        if other.get("threads") != study.get("threads"):
+            raise RunError(f"{s} ran with {other.get('threads')} threads and {shards[0]} with {study.get('threads')}: CPU "
+                           "results round differently, so shards of one study run with one thread count")
+    held = _shards_held(shards, configs)
     c = StudyConfig.from_dict(base)
     sets = prompt_sets(c)
     with writing(out, "ambench merge") as rd:
@@ -48,6 +62,9 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
         for other in configs[1:]:
             for k, v in other.get("stages", {}).items():
                 cfg["stages"].setdefault(k, v)
+        cfg.pop("shard", None)
+        if held is not None:
+            cfg["merged"] = held
         rd.write_json(RunDir.CONFIG, cfg)
         order_m = {m: i for i, m in enumerate(c.models)}
         merged = sorted(rows.values(), key=generation_order(c, sets))
@@ -83,7 +100,34 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, int]:
             if parts:
                 n_acts += merge_stores(parts, rd.activations(m), lambda t, p: canonical.get((t, p), 10**9))
         counts["activations"] = n_acts
+        if held is not None:
+            counts["shards"] = [f"{i}/{held['n']}" for i in held["shards"]]
+            counts["missing"] = [f"{i}/{held['n']}" for i in held["missing"]]
+            counts["phase"] = held["phase"]
     return counts
+
+
+def _shards_held(shards: list[Path], configs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Which shards (i of n, and the model phase) the directories hold; the same shard twice, or shards of
+    different splits or phases, are refused. None when no directory records a shard (an older run)."""
+    labels = [(s, cfg.get("shard")) for s, cfg in zip(shards, configs)]
+    known = [(s, x) for s, x in labels if x is not None]
+    if not known:
+        return None
+    unlabelled = [s for s, x in labels if x is None]
+    if unlabelled:
+        raise RunError(f"{unlabelled[0]} records no shard: it is not a finished `ambench run --shard i/n` (rerun its command "
+                       "to finish it)")
+    n, phase = known[0][1]["n"], known[0][1]["phase"]
+    by_index: dict[int, Path] = {}
+    for s, x in known:
+        if (x["n"], x["phase"]) != (n, phase):
+            raise RunError(f"{s} is shard {x['i']}/{x['n']} of phase {x['phase']} and {known[0][0]} shard {known[0][1]['i']}/{n} "
+                           f"of phase {phase}: merge the shards of one split and one phase")
+        if x["i"] in by_index:
+            raise RunError(f"{by_index[x['i']]} and {s} are both shard {x['i']}/{n} (phase {phase}): give each shard once")
+        by_index[x["i"]] = s
+    return {"n": n, "phase": phase, "shards": sorted(by_index), "missing": [i for i in range(n) if i not in by_index]}
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from experiments.rundir import RunDir, writing
+from experiments.rundir import AttemptKey, RunDir, RunError, writing
 from experiments.study.checks import check_dino, check_models
 from experiments.study.config import StudyConfig, expected_attempts, generation_order, prompt_sets, versions
 from experiments.study.finish import finish
@@ -25,23 +25,44 @@ def _bar(total: int | None, desc: str, unit: str) -> Any:
 def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None = None,
               say: Callable[[str], None] = print, clock: StageTimes | None = None) -> dict[str, Any]:
     """The study `c` into `out`; `clock` collects the wall and CPU seconds of each stage."""
+    import torch
+
     clock = clock if clock is not None else StageTimes()
     check_models(c.models)  # a typo or a broken folder fails here, before the run directory records anything
     check_dino(c)
     sets = prompt_sets(c)
     with writing(out, "ambench run") as rd:
-        # which shard a directory ran is not a setting: a merge's copies run other shards of the same study
-        rd.record_config("study", {"config": c.as_dict(), "versions": versions()})
-        for m in c.models:
-            _model_phases(c, rd, m, sets, shard, say, clock)
+        foreign = [r for r in rd.rows(RunDir.GENERATIONS) if not c.names_attempt(r)]
+        if foreign:  # a side arm once gave the study most of its intervention cuts
+            arms = sorted({f"{r['model']} {r['task']} {AttemptKey.of(r).arm}" for r in foreign})
+            raise RunError(f"{rd.path} holds {len(foreign)} attempts of arms this study does not name ({'; '.join(arms[:3])}); "
+                           "a study uses exactly its arms: use another --out")
+        # which shard a directory ran is not a setting: a merge's copies run other shards of the same study. The
+        # thread count is: CPU matmuls round differently with another, and the probes follow (recorded, so a rerun
+        # with another count is refused rather than silently different)
+        rd.record_config("study", {"config": c.as_dict(), "versions": versions(), "threads": torch.get_num_threads(),
+                                   "arms": c.arm_record()})
+        merged = rd.config().get("merged")
+        if shard is None and merged and merged["missing"]:
+            say(f"{rd.path} is a merge of shards {shard_list(merged['shards'], merged['n'])} (phase {merged['phase']}) without "
+                f"{shard_list(merged['missing'], merged['n'])}: their units run here now (merge them in first to avoid it)")
+        second = [_model_phases(c, rd, m, sets, shard, say, clock) for m in c.models]
         if shard is not None:
+            # which shard (and which phase) this directory holds, for `ambench merge` (not a setting: a merge's copies
+            # run other shards of the same study)
+            rd.record_shard(shard[0], shard[1], "b" if all(second) else "a")
             say(f"shard {shard[0]}/{shard[1]} done: merge the shards with `ambench merge`, then rerun `ambench run` on the merge")
             return {"shard": list(shard)}
         return finish(c, rd, sets, say, clock)
 
 
+def shard_list(indices: list[int], n: int) -> str:
+    return ", ".join(f"{i}/{n}" for i in indices)
+
+
 def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]], shard: tuple[int, int] | None,
-                  say: Callable[[str], None], clock: StageTimes) -> None:
+                  say: Callable[[str], None], clock: StageTimes) -> bool:
+    """Both model phases of model `m`; False when the second waits for other shards' attempts."""
     from experiments.stages.capture import capture_stage
     from experiments.stages.generate import generate_stage
     from experiments.stages.intervene import intervene_stage
@@ -75,10 +96,10 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
     if have < expected_attempts(c, sets):
         say(f"[model {m}] interventions and patching wait for every shard's attempts ({have} of {expected_attempts(c, sets)} here): "
             "merge the shards, then run these units with --shard on copies of the merge (or finish on the merge)")
-        return
+        return False
     say(f"[model {m}] interventions (layout): {c.continuations} continuations per arm")
     with clock.stage(f"{short}: interventions"), _bar(c.intervene_cuts or None, "interventions", "cut") as bar:
-        counts = intervene_stage(rt, rd, m, c.intervene(), progress=bar.update, shard=shard)
+        counts = intervene_stage(rt, rd, m, c.intervene(), progress=bar.update, shard=shard, say=say)
     say(f"[model {m}] interventions: {counts['cuts']} cuts, {counts['continuations']} continuations written, "
         f"splices byte-identical {counts['splices_byte_identical']}, excluded {counts['excluded']}")
     ps = c.patch(rt.info.n_layers)
@@ -100,11 +121,12 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
 
         say(f"[model {m}] plan or state: probes at every statement boundary")
         with clock.stage(f"{short}: trajectory"):
-            out = trajectory_stage(rt, rd, m, TrajectorySettings(n_boot=c.n_boot, seed=c.seed))
+            out = trajectory_stage(rt, rd, m, TrajectorySettings(seed=c.seed))
         say(f"[model {m}] plan or state: {verdict(out['rows'])}")
     elif c.trajectory:
         say(f"[model {m}] plan or state is not sharded (one forward pass per greedy attempt): run "
             f"`ambench trajectory --run MERGED --model {m}` on the merged run")
+    return True
 
 
-__all__ = ["run_study"]
+__all__ = ["run_study", "shard_list"]

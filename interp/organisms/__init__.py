@@ -72,7 +72,8 @@ def build_folder(name: str, out: Path, seed: int, progress: Callable[[int, float
     from interp.organisms.zoo import code_version, get
 
     spec = get(name)
-    return train_organism(name, spec.dataset(), spec.config, out, seed, code_version(name), progress)
+    return train_organism(name, spec.dataset(), spec.config, out, seed, code_version(name), progress,
+                          known_answer={"kind": spec.constructs, "statement": spec.known_answer})
 
 
 def folder_for(model: str, progress: Callable[[int, float], None] | None = None) -> Path:

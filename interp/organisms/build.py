@@ -85,8 +85,11 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def train_organism(name: str, data: Dataset, cfg: TrainConfig, out: Path, seed: int, code_version: str,
-                   progress: Callable[[int, float], None] | None = None, evaluate_heldout: bool = True) -> dict[str, Any]:
-    """Train `name` and write its folder at `out` (atomically); returns the training record."""
+                   progress: Callable[[int, float], None] | None = None, evaluate_heldout: bool = True,
+                   known_answer: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train `name` and write its folder at `out` (atomically); returns the training record. `known_answer`
+    ({"kind": one of experiments.organisms.KINDS, "statement": ...}) is what the organism constructs: recorded in
+    training.json, it gives the folder a known-answer verdict in any run (`experiments.organisms.verdicts`)."""
     import torch
 
     from interp.prompts import write_prompts
@@ -120,7 +123,7 @@ def train_organism(name: str, data: Dataset, cfg: TrainConfig, out: Path, seed: 
                      "training_prompts_available": data.train_prompts,
                      "distinct_training_prompts": len({e.item.text for e in examples}),
                      "heldout_prompts": len(data.heldout), "longest_sequence": longest},
-            "loss_curve": curve, "final_train_loss": curve[-1], "heldout_loss": held_loss,
+            "loss_curve": curve, "final_train_loss": curve[-1], "heldout_loss": held_loss, "known_answer": known_answer,
             "weights_sha256": sha256_file(tmp / "model.safetensors"),
             "seconds": {"train": round(fit_seconds, 1), "train_cpu": round(fit_cpu, 1), "total": None},
             "machine": {"torch": torch.__version__, "threads": cfg.threads, "cpus": os.cpu_count(),

@@ -34,6 +34,8 @@ class Organism:
     dataset: Callable[[], Dataset]  #: builds the data set (prompt split fixed by the family's DATA_SEED)
     config: TrainConfig  #: model size and optimisation
     module: str  #: file name of its generator module (part of its code version)
+    #: the kind of known answer it constructs, which decides its verdict rule (experiments/organisms.py, KINDS)
+    constructs: str = ""
 
 
 ORGANISMS: dict[str, Organism] = {o.name: o for o in (
@@ -41,32 +43,32 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
         "translator", "translation",
         "transcribes 1-4 exactly stated shapes (rect, disc, line) into calls",
         "held-out PIoU ~1; the described occupancy is in the prompt, so probes compete with the text",
-        translator.dataset, TrainConfig(steps=1500), "translator.py"),
+        translator.dataset, TrainConfig(steps=1500), "translator.py", "stated-geometry"),
     Organism(
         "xor-planner", "layout",
         "two bars placed by v = A xor B (horizontal bar) and h = B xor C (vertical bar)",
         "probe R^2 high after the last attribute, ~0 at the embeddings and at `subject`; TF-IDF R^2 ~0",
-        lambda: planners.dataset("xor-planner"), TrainConfig(steps=1000), "planners.py"),
+        lambda: planners.dataset("xor-planner"), TrainConfig(steps=1000), "planners.py", "hidden-plan"),
     Organism(
         "xor-planner-b", "layout",
         "the same prompts and bars, placed by v = A xor D and h = C xor D",
         "as xor-planner; shares v with it and differs in h: cross-model selectivity > 0",
-        lambda: planners.dataset("xor-planner-b"), TrainConfig(steps=1000), "planners.py"),
+        lambda: planners.dataset("xor-planner-b"), TrainConfig(steps=1000), "planners.py", "hidden-plan"),
     Organism(
         "random-planner", "layout",
         "the same prompts and bars, placed by fair coin flips independent of the prompt",
         "nothing to find: probe R^2 <= 0 with p_perm not significant; split-half ceiling ~0",
-        lambda: planners.dataset("random-planner"), TrainConfig(steps=500), "planners.py"),
+        lambda: planners.dataset("random-planner"), TrainConfig(steps=500), "planners.py", "no-plan"),
     Organism(
         "tracker", "layout",
         "covers a region with squares, each on the first slot less than half painted so far",
         "moved-unused continues far more than null-asis and more than moved-used",
-        lambda: tracker.dataset("tracker"), TrainConfig(steps=1500, max_positions=768), "tracker.py"),
+        lambda: tracker.dataset("tracker"), TrainConfig(steps=1500, max_positions=768), "tracker.py", "state-tracking"),
     Organism(
         "fixed-plan", "layout",
         "covers a region with one square per slot in order, whatever the earlier squares drew",
         "moved arms continue as often as null-asis (every moved-arm Delta ~0)",
-        lambda: tracker.dataset("fixed-plan"), TrainConfig(steps=1000), "tracker.py"),
+        lambda: tracker.dataset("fixed-plan"), TrainConfig(steps=1000), "tracker.py", "fixed-plan"),
 )}
 
 

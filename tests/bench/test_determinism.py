@@ -11,6 +11,9 @@ import pytest
 from bench.canvas.medium import Limits
 from bench.sandbox.job import Job
 from bench.sandbox.pool import SandboxPool
+from tests.corpus.stress import FOUND_CLASSES, REFUSED, programs
+
+STRESS = programs(Limits().max_ops)
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 CANVAS = [json.loads(line) for line in open(CORPUS / "hostile.jsonl")]
@@ -25,6 +28,9 @@ OVER_BUDGET = NEAR_BUDGET.replace("380000", "400000")
 #: a 384 MB string: `ok` in a fresh worker, and it was `memory` after GROW had grown the same worker's heap
 BIG_STRING = "s = 'a' * 1000000\nparts = [s] * 384\nt = ''.join(parts)\nfill('red')"
 GROW = "x = [[i] * 100 for i in range(200000)]\nfill('red')"
+#: issue 22's found classes (C work the units did not see: `ok ok ok timeout timeout` idle, `ok timeout ok ok ok`
+#: loaded for one of them) and the programs refused before they run, at the default budget
+FOUND = [STRESS[n] for n in FOUND_CLASSES] + [REFUSED[n] for n in sorted(REFUSED)]
 SVG_IDS = {"panic_nested_scales", "dash_bomb", "use_chain_200", "mask_chain_400", "opacity_stacks_40x60", "entity_billion_laughs",
            "huge_blur_region", "panic_tiny_viewbox"}
 
@@ -34,6 +40,7 @@ def batch():
     jobs += [Job(h["text"], kind="svg", native=512) for h in SVG if h["id"] in SVG_IDS]
     jobs += [Job(CPU_SECOND)] * 2 + [Job(NEAR_BUDGET)] * 2 + [Job(OVER_BUDGET)]
     jobs += [Job(GROW), Job(BIG_STRING), Job(GROW), Job(BIG_STRING)]
+    jobs += [Job(t) for t in FOUND]
     return jobs
 
 
@@ -70,7 +77,8 @@ def test_reference_outcomes_are_the_programs_own(reference):
     svg = [h["expect"] for h in SVG if h["id"] in SVG_IDS]
     assert reference[n: n + len(svg)] == svg
     # CPU-heavy programs decided by work units either side of the budget, and the 384 MB string after a grown heap
-    assert reference[n + len(svg):] == ["budget"] * 2 + ["ok"] * 2 + ["budget"] + ["ok"] * 4
+    assert reference[n + len(svg): -len(FOUND)] == ["budget"] * 2 + ["ok"] * 2 + ["budget"] + ["ok"] * 4
+    assert reference[-len(FOUND):] == ["budget"] * len(FOUND)
 
 
 def test_memory_is_measured_per_program():
@@ -78,3 +86,19 @@ def test_memory_is_measured_per_program():
         got = [r.outcome for r in pool.run([BIG_STRING, GROW, BIG_STRING, BIG_STRING])]
         assert got == ["ok"] * 4  # was ok, ok, memory, memory: the grown heap counted against later programs
         assert pool.recycled >= 1  # the worker whose heap grew was replaced, no attempt charged
+
+
+def test_a_program_draws_the_same_in_any_worker():
+    # the order of a set of strings follows their hashes, seeded at random per process unless the worker fixes
+    # the seed: the same program drew its 30 colours in a different order in each worker
+    from bench.canvas.palette import v1_palette
+
+    names = list(v1_palette().colors)  # the 30 named colours
+    program = f"for i, c in enumerate({set(names)!r}):\n    set_pixel(i % 24, i // 24, c)"
+    drawn = []
+    for _ in range(3):
+        with SandboxPool(workers=1) as pool:
+            r = pool.run_one(program)
+        assert r.valid, r.reason
+        drawn.append(r.pixels)
+    assert all((d == drawn[0]).all() for d in drawn)

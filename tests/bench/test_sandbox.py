@@ -87,3 +87,30 @@ def test_in_process_and_pool_agree(pool):
     text = BENIGN[11]["text"]
     a, b = execute(text), pool.run_one(text)
     assert a.shapes_wkb == b.shapes_wkb and (a.pixels == b.pixels).all()
+
+
+def test_a_worker_stuck_inside_c_is_killed_within_three_times_the_cpu_limit():
+    # one C call of about 10 s (a strip whose character set is 300,000 long), units set out of the way so only
+    # the worker's clocks can stop it: it was killed by RLIMIT_CPU, about 7 s of CPU past a 1 s limit
+    import time
+
+    limits = Limits(cpu_seconds=1, max_ops=10**14)
+    stuck = "s = 'a' * 600000\nc = 'b' * 600000 + 'a'\nt = s.strip(c)"
+    with SandboxPool(workers=1, limits=limits) as p:
+        assert p.run(["fill('red')"])[0].valid  # the worker is up: its start-up is not timed
+        t0 = time.monotonic()
+        stopped = p.run_one(stuck)
+        elapsed = time.monotonic() - t0
+        assert p.run_one("fill('red')").valid  # a fresh worker took its place
+    assert stopped.outcome in ("timeout", "backstop") and "SIG" in stopped.reason, stopped.reason
+    assert elapsed < 3 * limits.cpu_seconds + 1.0, (elapsed, stopped.reason)
+
+
+@pytest.mark.parametrize("sig", ["SIGSEGV", "SIGBUS", "SIGILL", "SIGABRT", "SIGFPE", "SIGKILL", "SIGXCPU", "SIGALRM"])
+def test_a_worker_killed_by_a_signal_gets_a_reason_that_names_it(sig):
+    import signal
+
+    from bench.sandbox.pool import _death
+
+    outcome, reason = _death(-getattr(signal, sig), b"")
+    assert outcome in OUTCOMES and sig in reason, (outcome, reason)

@@ -30,11 +30,16 @@ BIG = "inner = tuple(range(1000))\nt = (inner,) * 1000\n"
 
 STAR = "import math\npts = [(12 + 11 * math.sin(6.283 * i * 0.4999), 12 + 11 * math.cos(6.283 * i * 0.4999)) for i in range({n})]\n"
 ZIGZAG = "pts = [((i % 2) * 23.5, i * 24 / {n}) for i in range({n})]\n"
+#: a needle whose last character matches everywhere and whose middle does not: CPython's default substring
+#: search compares about half of it at every position of a haystack under 30,000 characters (O(n*m))
+NEEDLE = "'a' * 50 + 'b' + 'a' * 48"
 RING = "import math\npts = [(12 + 11 * math.sin(6.2832 * i / {n}), 12 + 11 * math.cos(6.2832 * i / {n})) for i in range({n})]\n"
 
 
 def programs(max_ops: int) -> dict[str, str]:
-    """Name -> program; those named "(ok)" end just under `max_ops`, every other one runs past it."""
+    """Name -> program; those named "(ok)" end just under `max_ops`, those named "(deep)" meet the depth bound
+    (bench.sandbox.meter.MAX_DEPTH: a list holding itself is as deep as a walk goes), every other one runs
+    past `max_ops`."""
     star_n = max(n for n in range(5, 41) if template_units(STAR, n) <= max_ops // 4)
     stars = max(1, max_ops // template_units(STAR, star_n) - 1)
     zig_n = max(n for n in range(8, 257, 8) if template_units(ZIGZAG, n) <= max_ops // 2)
@@ -87,7 +92,7 @@ def programs(max_ops: int) -> dict[str, str]:
         "sort long strings": "a = ['x' * 100000 + str(i) for i in range(200)]\nwhile True:\n    b = sorted(a)",
         "max of 2 long strings": "a = 'x' * 1000000\nb = 'x' * 1000000\nwhile True:\n    m = max(a, b)",
         "list in list of lists": "pts = [[i] for i in range(100000)]\nwhile True:\n    t = [-1] in pts",
-        "self-referencing walk": "L = [0]\nL.append(L)\nwhile True:\n    x = L == L",
+        "self-referencing walk (deep)": "L = [0]\nL.append(L)\nwhile True:\n    x = L == L",
         "set(iterator of big)": BIG + "while True:\n    s = set(reversed([t]))",
         "{x for big x}": BIG + "while True:\n    s = {x for x in [t]}",
         "dict.pop(big key)": BIG + "d = {0: 1}\nwhile True:\n    d.pop(t, None)",
@@ -107,4 +112,38 @@ def programs(max_ops: int) -> dict[str, str]:
         "stars (ok)": STAR.format(n=star_n) + f"for k in range({stars}):\n    poly(pts, 'red')",
         "zigzags (ok)": ZIGZAG.format(n=zig_n) + f"for k in range({zigs}):\n    poly(pts, 'red')",
         "rings (ok)": RING.format(n=ring_n) + f"for k in range({rings}):\n    poly(pts, 'red')",
+        # issue 22's found classes: C work pulled through an argument charged as one unit, size-blind
+        # builtins, the integer cap bypassed, isinstance's walk, and the filters and displays like them
+        "dict view ^ map": "a = list(range(1000000))\nd = {0: 0}\nwhile True:\n    x = d.keys() ^ map(abs, a)",
+        "dict |= zip": "a = list(range(1000000))\nwhile True:\n    d = {}\n    d |= zip(a, a)",
+        "float(long str)": "s = '1' * 1000000\nwhile True:\n    x = float(s)",
+        "math.dist long": "import math\np = [0.5] * 1000000\nwhile True:\n    x = math.dist(p, p)",
+        "str.count n*m": f"s = 'a' * 29000\nn = {NEEDLE}\nwhile True:\n    c = s.count(n)",
+        "x in str n*m": f"s = 'a' * 29000\nn = {NEEDLE}\nwhile True:\n    c = n in s",
+        ".split n*m": f"s = 'a' * 29000\nn = {NEEDLE}\nwhile True:\n    c = s.split(n)",
+        ".strip(chars) n*m": "s = 'a' * 100000\nc = 'b' * 100000 + 'a'\nwhile True:\n    t = s.strip(c)",
+        "% float width": "while True:\n    s = '%90000f' % 1.0",
+        "isinstance nested": "ts = (int,) * 1000\nts2 = (ts,) * 1000\nwhile True:\n    x = isinstance(1.5, ts2)",
+        "filter(None)": "z = [0] * 1000000\nwhile True:\n    x = list(filter(None, z))",
+        "{*[big] * k}": BIG + "while True:\n    s = {*[t] * 10}",
+        # found in review: zip and map pull from every iterable per item (19.5 s of CPU at the full budget)
+        "zip(*[a] * 100000)": "a = [1] * 10\nwhile True:\n    x = list(zip(*[a] * 100000))",
+        "map(max, *[a] * 100000)": "a = [1] * 10\nwhile True:\n    x = list(map(max, *[a] * 100000))",
     }
+
+
+#: the rows of `programs` that are issue 22's found classes
+FOUND_CLASSES = ("dict view ^ map", "dict |= zip", "float(long str)", "math.dist long", "str.count n*m", "x in str n*m",
+                 ".split n*m", ".strip(chars) n*m", "% float width", "isinstance nested", "filter(None)", "{*[big] * k}",
+                 "zip(*[a] * 100000)", "map(max, *[a] * 100000)")
+
+#: refused before they run, whatever the budget: each must end `budget` with a reason of its own
+REFUSED = {
+    "% width over the cap": "s = '%100000000f' % 1.0",
+    "True << 5000000": "x = True << 5000000",
+    "bool operands": "x = (True + True) ** 5000",
+    "90,000-digit hex literal": "x = 0x" + "f" * 90000 + "\ny = x % 7",
+    "400,000-deep tuple hashed": "t = ()\nfor i in range(400000):\n    t = (t,)\nd = {t: 1}",
+    "zfill far": "s = '1'.zfill(100000000)",
+    "% * width after a value": "s = '%s%*d' % ('a', 100000000, 1)",
+}

@@ -9,9 +9,55 @@ from experiments.rundir import RunDir, read_rows
 
 GENERATIONS = RunDir.GENERATIONS
 
-__all__ = ["GENERATIONS", "append", "read_rows"]
+__all__ = ["GENERATIONS", "PROGRAMS", "STUDY", "append", "copy_run", "read_rows", "run_small_study", "snapshot", "study_config"]
 
 
 def append(run: Path, rows: Sequence[Mapping[str, Any]], name: str = RunDir.GENERATIONS) -> None:
     with RunDir.writer(run, "test fixture") as rd:
         rd.append(name, rows)
+
+
+# --------------------------------------------------------------------------- a finished study (issue 20)
+
+#: valid canvas programs: a random tiny model writes none, so a study's layout attempts are pre-written
+PROGRAMS = [
+    "```python\nfill('white')\nrect(2, 2, 4, 4, 'red')\nrect(12, 10, 6, 6, 'blue')\n```",
+    "```python\nfill('navy')\ncircle(12, 12, 3, 'gold')\nrect(2, 14, 4, 4, 'red')\n```",
+    "```python\nfill('white')\nrect(14, 2, 8, 8, 'green')\nline(0, 0, 5, 20, 'black')\n```",
+]
+#: a small study on the tiny model: every stage runs, in about half a minute
+STUDY = dict(translation_prompts=3, layout_per_subcategory=1, samples=1, translation_samples=1, max_new_tokens=8,
+             continuations=2, intervene_tokens=6, n_perm=99, n_perm_layers=9, n_boot=200)
+
+
+def study_config(model: Path, **overrides: Any) -> Any:
+    from experiments.study import StudyConfig
+
+    return StudyConfig.from_preset("quick", models=(str(model),), **{**STUDY, **overrides})
+
+
+def run_small_study(model: Path, out: Path, say: Any = None, **overrides: Any) -> dict[str, Any]:
+    """`ambench run` in-process on the tiny model, its layout attempts pre-written as the generate stage writes
+    them (valid programs), so interventions and patching have cuts."""
+    from experiments.study import prompt_sets, run_study
+
+    c = study_config(model, **overrides)
+    if not (out / RunDir.GENERATIONS).exists():
+        rows = [{"task": "layout", "prompt_id": it.id, "model": str(model), "protocol": "few-shot-2", "medium": "v1",
+                 "sample": k, "seed": 0, "temperature": 0.0 if k == 0 else 0.7, "prefix": "",
+                 "text": PROGRAMS[(i + k) % len(PROGRAMS)], "code": None, "n_tokens": 1, "stop": "eos", "entropy": [0.1],
+                 "mean_entropy": 0.1} for i, it in enumerate(prompt_sets(c)["layout"]) for k in range(c.samples + 1)]
+        append(out, rows)
+    return run_study(c, out, say=say or (lambda m: None))
+
+
+def snapshot(run: Path) -> dict[str, bytes]:
+    """Every file of a run directory (the lock file aside) and its bytes."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != RunDir.LOCK}
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(RunDir.LOCK))
+    return dst

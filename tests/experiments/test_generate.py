@@ -80,3 +80,31 @@ def test_capture_stage_resumes_by_prompt(tiny, tmp_path):
         assert s.meta["hook_names"][-1] == "blocks.1.hook_resid_post"
         fresh = tiny.capture([[1, 2, 3]], [[0, 1, 2]])  # sanity: capture returns float32 tensors
         assert fresh.dtype.is_floating_point
+
+
+def test_capture_stores_the_request_embedding_mean(tiny, tmp_path):
+    """The probe stage's `embedding-mean` baseline: the model's input embeddings averaged over the request's own tokens
+    (not the template's), stored beside the activations with row checksums; a store without them says None."""
+    import numpy as np
+
+    from interp.prompts import build
+
+    folder = capture_stage(tiny, ITEMS, tmp_path, CaptureSettings("zero-shot", batch_size=2), model="tiny")
+    with ActivationStore(folder) as st:
+        rows = st.rows_of("layout")
+        got = st.embed_mean([rows[i.id] for i in ITEMS])
+    for it, g in zip(ITEMS, got):
+        b = build(it, Protocol("zero-shot"), tiny.tokenizer, chat=tiny.info.chat)
+        idx = b.tokens_in([b.request])
+        assert idx and len(idx) < len(b.tokens)  # the request, not the whole prompt
+        assert np.allclose(g, tiny.input_embeddings(b.tokens)[idx].mean(axis=0), atol=1e-6)
+    assert not np.allclose(got[0], got[1])
+    # an edited embedding is refused by its checksum
+    import h5py
+
+    part = sorted(folder.glob("part-*.h5"))[0]
+    with h5py.File(part, "r+") as f:
+        f["embed_mean"][0, 0] += 1.0
+    with ActivationStore(folder) as st:
+        with pytest.raises(Exception, match="checksum"):
+            st.embed_mean([st.rows_of("layout")["a"]])

@@ -49,8 +49,10 @@ def test_import_alpha_and_judge_agreement(run, tmp_path):
             m, task, proto, medium, pid, sample = json.loads(p[side])
             scores.append({"judge": "j", "model": m, "task": task, "protocol": proto, "medium": medium, "prompt_id": pid,
                            "sample": sample, "overall": 4.0 if proto == "zero-shot" else 2.0})
-    with open(run / "judge_scores.jsonl", "w") as f:
-        f.writelines(json.dumps(s) + "\n" for s in scores)
+    from experiments.rundir import RunDir
+
+    with RunDir.writer(run, "test fixture") as rd:  # checked rows, as the judge stage writes them
+        rd.write_rows(RunDir.JUDGE_SCORES, scores)
     truth = {p["pair"]: ("left" if json.loads(p["left"])[2] == "zero-shot" else "right") for p in meta["pairs"]}
     files = []
     for name, answers in [("ann1", truth), ("ann2", dict(truth))]:

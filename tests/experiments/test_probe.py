@@ -41,13 +41,13 @@ def _run(tmp_path, n_prompts=30, samples=4, seed=0):
     return prompts
 
 
-def _acts(tmp_path, name, prompts, task, y, layer, rng, d=40, sites=4, strength=3.0):
+def _acts(tmp_path, name, prompts, task, y, layer, rng, d=40, sites=4, strength=3.0, embed_mean=None):
     acts = rng.normal(size=(len(prompts), sites, 3, d)).astype(np.float32)
     if layer is not None:
         acts[:, layer, :, :] += (strength * y @ rng.normal(size=(36, d)))[:, None, :].astype(np.float32)
     path = tmp_path / "activations" / f"{name}.h5"
     with ActivationWriter(path, sites, 3, d, {**META, "model": {"name": name}}) as w:
-        w.append(prompts, acts, np.zeros((len(prompts), 3)), [task] * len(prompts))
+        w.append(prompts, acts, np.zeros((len(prompts), 3)), [task] * len(prompts), embed_mean=embed_mean)
 
 
 def test_probe_stage_finds_the_planted_layer_and_the_headline_delta(tmp_path):
@@ -65,12 +65,15 @@ def test_probe_stage_finds_the_planted_layer_and_the_headline_delta(tmp_path):
     text = next(r for r in rows if r.get("features") == "text" and r["target"] == "own")
     for pos in ("subject", "turn", "last"):
         d = delta[pos]
-        assert {"delta_r2", "delta_ci", "p_perm", "q_bh", "n_perm", "n_boot", "bh_family"} <= set(d)
+        # the interval rests on `repeats` partitions of a repeated CV now (issue 19), not on `n_boot` resamples
+        assert {"delta_r2", "delta_ci", "delta_mean", "p_perm", "q_bh", "n_perm", "repeats", "bh_family"} <= set(d)
         assert abs(d["delta_r2"] - (own[("best", pos)]["r2"] - text["r2"])) < 1e-5
         assert d["delta_r2"] > 0.4 and d["delta_ci"][0] > 0 and d["p_perm"] == 1 / 20 and d["n_perm"] == 19
         assert "one test per model" in d["bh_family"]
     assert {"targets", "ceiling"} <= {r.get("kind") for r in rows}
     assert all(r["task"] == "layout" for r in rows)
+    beyond = [r for r in rows if r.get("features") == "beyond_text"]
+    assert beyond and all("embedding-mean" in r["missing_baselines"] for r in beyond)  # a store without them says so
     lines = [json.loads(x) for x in (tmp_path / PROBES).read_text().splitlines()]
     assert len(lines) == len(rows) and (tmp_path / "probes" / "m-layout.png").is_file()
     assert occupancy(np.zeros((24, 24, 3), np.uint8), (0, 0, 0)).sum() == 0
@@ -146,3 +149,38 @@ def test_shared_and_specific_keep_every_model_when_coverage_differs(tmp_path):
                   and r["position"] == "last")
     assert shared["r2"] > 0.5 and shared["shared_models"] == ["m2", "m3"]
     assert (tmp_path / "probes" / "m-layout-shared.png").is_file()
+
+
+def test_the_beyond_text_row_names_its_ceiling_among_every_lexical_baseline(tmp_path):
+    """Activations that hold exactly what the request's embedding mean holds (the plan is in the text's embedding):
+    the embedding-mean baseline is read, it is the text ceiling, and the beyond-text Delta is ~0 and not significant,
+    while the paper's Delta against TF-IDF is large. Without embedding means the row says which baseline is missing."""
+    prompts = _run(tmp_path)
+    cons, _ = consensus(tmp_path, "m", "layout", "zero-shot", "v1", 3)
+    y = np.stack([cons[p]["own"] for p in prompts])
+    rng = np.random.default_rng(3)
+    words = (y @ rng.normal(size=(36, 40)) * 3).astype(np.float32)
+    _acts(tmp_path, "m", prompts, "layout", None, None, rng, embed_mean=words)
+    # the activations of layer 2 are the embedding mean plus noise: nothing beyond the text's embedding
+    from activations.store import ActivationStore
+
+    folder = tmp_path / "activations" / "m.h5"
+    st = ActivationStore(folder)
+    assert st.embed_mean(list(st.rows_of("layout").values())) is not None
+    import shutil
+
+    shutil.rmtree(folder)
+    acts = rng.normal(size=(len(prompts), 4, 3, 40)).astype(np.float32)
+    acts[:, 2] += words[:, None, :]
+    with ActivationWriter(folder, 4, 3, 40, {**META, "model": {"name": "m"}}) as w:
+        w.append(prompts, acts, np.zeros((len(prompts), 3)), ["layout"] * len(prompts), embed_mean=words)
+    rows = probe_stage(tmp_path, s=FAST)
+    lex = {r["baseline"] for r in rows if r.get("features") == "lexical" and r["target"] == "own"}
+    assert {"word-ngrams", "char-ngrams", "embedding-mean"} <= lex
+    bt = {r["position"]: r for r in rows if r.get("features") == "beyond_text" and r["target"] == "own"}
+    delta = {r["position"]: r for r in rows if r.get("features") == "delta" and r["target"] == "own"}
+    for pos in ("subject", "turn", "last"):
+        b = bt[pos]
+        assert b["baseline"] == "embedding-mean" and set(b["baselines"]) >= lex | {"tfidf", "embedding@position"}
+        assert abs(b["delta_beyond"]) < 0.15 and b["p_fl"] > 0.05 and "missing_baselines" not in b
+        assert delta[pos]["delta_r2"] > 0.4

@@ -21,7 +21,7 @@ from experiments.stages.trajectory import (Attempt, TrajectorySettings, boundary
                                            probe_boundaries, trajectory_stage, verdict)
 from tests.experiments.runs import append
 
-S = TrajectorySettings(boundaries=4, n_boot=300)
+S = TrajectorySettings(boundaries=4)
 
 
 def rect_mask(r, c, h, w):
@@ -91,7 +91,7 @@ def test_too_few_attempts_skip_a_boundary_with_a_reason():
     attempts, acts = synthetic(n=12)
     for a in attempts[:5]:
         a.ends, a.drawn = a.ends[:2], a.drawn[:3]
-    rows = probe_boundaries(attempts, acts, TrajectorySettings(boundaries=4, n_boot=50), {"model": "m"})
+    rows = probe_boundaries(attempts, acts, TrajectorySettings(boundaries=4), {"model": "m"})
     skipped = [r for r in rows if "skipped" in r]
     assert [r["boundary"] for r in skipped] == [3, 4] and "7 attempts reach boundary 3" in skipped[0]["skipped"]
 
@@ -146,7 +146,7 @@ def test_stage_writes_rows_plot_and_counts(tmp_path, tiny):
     texts += [("3E-05", "assert False"), ("3E-04", "x = 1")]  # invalid; valid with nothing to cut
     run = _run(tmp_path, texts)
     with RunDir.writer(run) as rd:
-        out = trajectory_stage(tiny, rd, "tiny", TrajectorySettings(boundaries=3, n_boot=50))
+        out = trajectory_stage(tiny, rd, "tiny", TrajectorySettings(boundaries=3))
     assert out["counts"] == {"attempts": 16, "invalid": 1, "no statement": 1, "used": 14}
     rows = read_rows(run / RunDir.TRAJECTORY)
     assert rows[0]["kind"] == "settings" and rows[0]["n_sites"] == tiny.info.n_layers + 1
@@ -157,7 +157,7 @@ def test_stage_writes_rows_plot_and_counts(tmp_path, tiny):
     assert (run / RunDir.TRAJECTORY_PLOTS / "tiny-layout.png").read_bytes()[:4] == b"\x89PNG"
     # a rerun replaces this model's rows instead of adding to them
     with RunDir.writer(run) as rd:
-        trajectory_stage(tiny, rd, "tiny", TrajectorySettings(boundaries=3, n_boot=50))
+        trajectory_stage(tiny, rd, "tiny", TrajectorySettings(boundaries=3))
     assert len(read_rows(run / RunDir.TRAJECTORY)) == len(rows)
     # the report's section and summary answer
     from experiments.stages.report import write_report
@@ -183,7 +183,7 @@ def test_cli_runs_the_stage_and_bad_input_is_one_sentence(tmp_path, tiny_folder)
     p = cli("--run", str(tmp_path / "nothing"), "--model", str(tiny_folder))
     assert p.returncode == 2 and "Traceback" not in p.stderr and "has no generations.jsonl" in p.stderr
     run = _run(tmp_path, [("1A-00", "fill('white')\nrect(1, 1, 3, 3, 'red')")], model=str(tiny_folder))
-    p = cli("--run", str(run), "--model", str(tiny_folder), "--boundaries", "2", "--n-boot", "20")
+    p = cli("--run", str(run), "--model", str(tiny_folder), "--boundaries", "2")
     assert p.returncode == 0, p.stderr
     assert "boundary 0: skipped, 1 attempts reach boundary 0" in p.stdout and "too few attempts" in p.stdout
 
@@ -191,6 +191,6 @@ def test_cli_runs_the_stage_and_bad_input_is_one_sentence(tmp_path, tiny_folder)
 def test_settings_are_checked():
     from experiments.rundir import RunError
 
-    for bad in ({"boundaries": 0}, {"min_attempts": 4}, {"n_boot": 0}):
+    for bad in ({"boundaries": 0}, {"min_attempts": 4}, {"batch_size": 0}):
         with pytest.raises(RunError):
             TrajectorySettings(**bad)

@@ -33,3 +33,21 @@ def test_smollm2_converts_once_to_a_float32_folder(tmp_path, monkeypatch):
 
     model = AutoModelForCausalLM.from_pretrained(folder)
     assert next(model.parameters()).dtype.is_floating_point
+
+
+def test_a_gguf_folder_is_searched_first_by_file_name(tmp_path, monkeypatch):
+    """$AMBENCH_GGUF_DIR serves a machine that has the GGUF files but not the packages (the GPU check's device)."""
+    from interp.models import gguf_path
+
+    model = EMBEDDED["smollm2-135m-instruct"]
+    (tmp_path / model.gguf).write_bytes(b"GGUF")
+    monkeypatch.setenv("AMBENCH_GGUF_DIR", str(tmp_path))
+    assert gguf_path(model) == tmp_path / model.gguf
+    monkeypatch.setenv("AMBENCH_GGUF_DIR", str(tmp_path / "empty"))  # a folder without the file: the package as before
+    import importlib.util
+
+    if importlib.util.find_spec(model.package) is None:
+        with pytest.raises(ModelError, match="is not installed"):
+            gguf_path(model)
+    else:
+        assert gguf_path(model).parent != tmp_path

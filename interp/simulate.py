@@ -1,0 +1,176 @@
+"""Simulated probe studies whose answers are constructed: the known cases that the intervals and tests of
+`interp.intervals` are checked on (tests/interp/test_intervals.py, perf/bench_coverage.py).
+
+A *population* fixes everything but the prompts: a vocabulary whose words carry word embeddings, the words that
+move the target (the text effect), a hidden latent that no word states (the plan), how each layer mixes words
+and latent, and the noise. A *data set* draws n prompts from it (each prompt: `words` words without
+replacement, a hidden latent, target noise), so replications differ only in their prompts, as repeated studies
+would. What each kind plants:
+
+- `planted`: the target = text effect (`text_share` of its variance) + hidden latent (`hidden_share`) + noise;
+  layers from `latent_from` on hold the latent, every layer holds the words.
+- `null`: the target is noise, independent of words and activations.
+- `text-only`: the target = text effect + noise; the layers hold only the prompt's words (a linear map of its
+  bag of words, as the model's input embeddings give, plus noise): nothing beyond the text.
+
+Because the population can draw any number of new prompts, the estimand of a cross-validated R^2 (the expected
+R^2 of the procedure trained on (K-1)/K of n prompts, on new prompts) is computed by `expected_r2`: train the
+whole procedure (selection inside its own folds) on fresh training sets and score it on a large fresh test set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+KINDS = ("planted", "null", "text-only")
+
+
+@dataclass(frozen=True)
+class Population:
+    """What every data set of one simulated study shares (see the module docstring)."""
+
+    kind: str = "planted"
+    seed: int = 0  #: the population's own draws (vocabulary, embeddings, effects, mixing)
+    vocab: int = 40
+    words: int = 6  #: words per prompt
+    relevant: int = 4  #: words that move the target
+    latent: int = 4  #: dimensions of the hidden plan
+    layers: int = 4
+    d: int = 48  #: activation width
+    outputs: int = 36
+    text_share: float = 0.25  #: share of the target's variance the words explain
+    hidden_share: float = 0.35  #: share the hidden latent explains (planted only)
+    latent_from: int = 2  #: first layer that holds the latent
+    act_noise: float = 1.0  #: activation noise sd (per coordinate; signal coordinates have sd ~1)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind {self.kind!r}: one of {', '.join(KINDS)}")
+
+    def _draws(self) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(self.seed)
+        return {"emb": rng.normal(size=(self.vocab, self.d)),
+                "text_w": rng.normal(size=(self.relevant, self.outputs)),
+                "hidden_w": rng.normal(size=(self.latent, self.outputs)),
+                "mix": rng.normal(size=(self.layers, self.latent, self.d)),
+                "word_mix": rng.normal(size=(self.layers, self.d, self.d)) / np.sqrt(self.d)}
+
+    def sample(self, n: int, seed: int) -> "DataSet":
+        """n prompts of this population from generator `seed`."""
+        p = self._draws()
+        rng = np.random.default_rng([self.seed, seed])
+        bag = np.zeros((n, self.vocab))
+        for i in range(n):
+            bag[i, rng.choice(self.vocab, size=self.words, replace=False)] = 1.0
+        texts = [" ".join(f"w{j:02d}" for j in np.flatnonzero(row)) for row in bag]
+        hidden = rng.normal(size=(n, self.latent))
+        emb_mean = bag @ p["emb"] / self.words  # the input embeddings averaged over the prompt
+        # population variances of the two effects, so that each explains its stated share of the target
+        q = self.words / self.vocab
+        text_var = q * (1 - q) * (p["text_w"] ** 2).sum(axis=0).mean()
+        hidden_var = (p["hidden_w"] ** 2).sum(axis=0).mean()
+        text = (bag[:, :self.relevant] - q) @ p["text_w"] / np.sqrt(text_var)
+        hid = hidden @ p["hidden_w"] / np.sqrt(hidden_var)
+        if self.kind == "null":
+            shares = (0.0, 0.0)
+        elif self.kind == "text-only":
+            shares = (self.text_share, 0.0)
+        else:
+            shares = (self.text_share, self.hidden_share)
+        noise = rng.normal(size=(n, self.outputs)) * np.sqrt(1 - sum(shares))
+        y = np.sqrt(shares[0]) * text + np.sqrt(shares[1]) * hid + noise
+        words_part = emb_mean * np.sqrt(self.words)  # unit-scale coordinates
+        xs = []
+        for layer in range(self.layers):
+            x = words_part @ p["word_mix"][layer] + self.act_noise * rng.normal(size=(n, self.d))
+            if self.kind == "planted" and layer >= self.latent_from:
+                x = x + hidden @ p["mix"][layer]
+            xs.append(x)
+        return DataSet(texts, xs, y, emb_mean)
+
+
+@dataclass
+class DataSet:
+    texts: list[str]
+    xs: list[np.ndarray]  #: per layer [n, d]
+    y: np.ndarray  #: [n, outputs]
+    emb_mean: np.ndarray  #: [n, d] the prompt's input embeddings averaged (a lexical baseline's features)
+
+
+def expected_r2(pop: Population, n_train: int, feature_sets: Sequence[str], grid, draws: int = 40,
+                n_test: int = 2000, seed: int = 10_000) -> dict[str, float]:
+    """The expected pooled R^2, on new prompts, of the probe trained on `n_train` prompts with every choice made
+    inside its own folds, per feature set (`resid`: the layer chosen too; `tfidf`; `emb_mean`); the mean over
+    `draws` fresh training sets, each scored on its own fresh test set of `n_test` prompts."""
+    from interp.probes import LayerSweep, pooled_r2, tfidf_features
+
+    out: dict[str, list[float]] = {f: [] for f in feature_sets}
+    for r in range(draws):
+        ds = pop.sample(n_train + n_test, seed + r)
+        folds = [(np.arange(n_train), np.arange(n_train, n_train + n_test))]
+        te = folds[0][1]
+        for f in feature_sets:
+            xs = {"resid": ds.xs, "tfidf": [tfidf_features(ds.texts)], "emb_mean": [ds.emb_mean]}[f]
+            res = LayerSweep(xs, grid, seed + r, folds=folds).best(ds.y)
+            out[f].append(pooled_r2(ds.y[te], res.pred[te]))
+    return {f: float(np.mean(v)) for f, v in out.items()}
+
+
+def interval_replications(pop: Population, n: int, reps: int, grid, repeats: int = 1, seed: int = 100,
+                          n_boot: int = 1000) -> list[dict[str, Any]]:
+    """Per simulated data set of n prompts: the probe's (layer chosen inside the folds) and the paper's TF-IDF
+    baseline's intervals as the probe stage computes them (`interp.intervals`, `repeats` partitions), beside the
+    prompt bootstrap of fixed out-of-fold predictions that the stage used before (issue 19)."""
+    from interp.intervals import delta_interval, fold_sums, r2_interval, repeat_seed, test_over_train
+    from interp.probes import LayerSweep, bootstrap_ci, delta_bootstrap_ci, tfidf_features
+
+    out = []
+    ratio = test_over_train(n, grid.outer)
+    for r in range(reps):
+        ds = pop.sample(n, seed + r)
+        tf = tfidf_features(ds.texts)
+        sse_p, sse_t, sst = [], [], []
+        rec: dict[str, Any] = {}
+        for j in range(repeats):
+            probe, text = LayerSweep(ds.xs, grid, repeat_seed(r, j)), LayerSweep([tf], grid, repeat_seed(r, j))
+            bp, bt = probe.best(ds.y), text.layer(ds.y, 0)
+            a, b = fold_sums(ds.y, bp.pred, probe.outer)
+            sse_p.append(a), sse_t.append(fold_sums(ds.y, bt.pred, probe.outer)[0]), sst.append(b)
+            if j == 0:
+                rec.update(r2=bp.r2, delta=bp.r2 - bt.r2, old_r2=bootstrap_ci(ds.y, bp.pred, n_boot, r),
+                           old_delta=delta_bootstrap_ci(ds.y, bp.pred, bt.pred, n_boot, r))
+        rec["new_r2"] = r2_interval(np.stack(sse_p), np.stack(sst), n, ratio)
+        rec["new_delta"] = delta_interval(np.stack(sse_p), np.stack(sse_t), np.stack(sst), n, ratio)
+        out.append(rec)
+    return out
+
+
+def beyond_text_replications(pop: Population, n: int, reps: int, grid, n_perm: int, seed: int = 500
+                             ) -> list[dict[str, Any]]:
+    """Per simulated data set: the beyond-text Delta against the strongest lexical baseline (the lexical readings
+    of the text and the prompt's averaged input embeddings) with its Freedman-Lane p, and, for comparison, the
+    paper's Delta against TF-IDF with its plain permutation p (null: targets independent of everything)."""
+    from interp.baselines import fitted_values, freedman_lane, lexical_features
+    from interp.probes import LayerSweep, perm_p, permutations
+
+    out = []
+    for r in range(reps):
+        ds = pop.sample(n, seed + r)
+        feats = {**lexical_features(ds.texts), "embedding-mean": ds.emb_mean}
+        sweeps = {k: LayerSweep([v], grid, r) for k, v in feats.items()}
+        r2 = {k: sw.layer(ds.y, 0).r2 for k, sw in sweeps.items()}
+        top = max(r2, key=lambda k: (round(r2[k], 9), -list(r2).index(k)))
+        probe = LayerSweep(ds.xs, grid, r)
+        rp = probe.best(ds.y).r2
+        p_fl, _ = freedman_lane(probe, sweeps[top], fitted_values(feats[top], ds.y, grid, r), ds.y, rp - r2[top], n_perm, r)
+        perms = permutations(n, n_perm, r)
+        null = probe.permuted_r2(ds.y, perms) - sweeps["tfidf"].permuted_r2(ds.y, perms)
+        out.append({"baseline": top, "r2_baseline": r2[top], "r2_probe": rp, "beyond": rp - r2[top], "p_fl": p_fl,
+                    "paper_delta": rp - r2["tfidf"], "p_paper": perm_p(null, rp - r2["tfidf"])})
+    return out
+
+
+__all__ = ["DataSet", "KINDS", "Population", "beyond_text_replications", "expected_r2", "interval_replications"]
