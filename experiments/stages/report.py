@@ -247,6 +247,18 @@ def _probes(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answe
             note = delta_note(delta)
             if note:
                 blocks.append(note)
+        beyond = [r for r in pr if r.get("features") == "beyond_text" and r["task"] == task]
+        if beyond:  # the claim "beyond the prompt's text": against the strongest lexical baseline (docs/probes.md)
+            blocks.append(para("Beyond the prompt's text: the probe against the strongest lexical baseline (the text "
+                               "ceiling), with a Freedman-Lane permutation test whose null is \"nothing beyond that "
+                               "baseline\"."))
+            blocks.append(table(beyond, ["model", "target", "position", "n_prompts", "r2_resid", "baseline", "r2_baseline",
+                                         "delta_beyond", "delta_ci", "p_fl", "q_bh", "n_perm"],
+                                ["model", "target", "position", "prompts", "R² best layer", "text ceiling", "R² ceiling",
+                                 "beyond-text ΔR²", "95% CI", "p (Freedman-Lane)", "q (BH)", "permutations"]))
+            note = delta_note(beyond, "delta_beyond", "r2_baseline")
+            if note:
+                blocks.append(note)
         if task == "layout":
             blocks.append(para(
                 f"Paper (layout, 8 models): mean ΔR² {num(p['delta_r2_mean'], True)} (range {num(p['delta_r2_range'][0], True)} "
