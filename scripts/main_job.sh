@@ -82,6 +82,10 @@ JOB0=$(date +%s.%N)
 echo "[3/5] the study on the model organisms, beside steps 1, 2 and 4: ambench run --preset organisms --out $OUT/organisms (log: $OUT/organisms.log)"
 OMP_NUM_THREADS=1 step organisms $AMB run --preset organisms --out "$OUT/organisms" --timings "$TIMES" >"$OUT/organisms.log" 2>&1 &
 ORGANISMS=$!
+stop_organisms() {  # a failed or interrupted step stops the organisms study too (it resumes on the next run)
+  if kill -0 "$ORGANISMS" 2>/dev/null; then pkill -P "$ORGANISMS" 2>/dev/null || true; kill "$ORGANISMS" 2>/dev/null || true; fi
+}
+trap stop_organisms EXIT
 step sandbox sandbox
 step translation translation
 echo "[4/5] the study on the embedded model: ambench run --preset quick --out $OUT/study"
