@@ -196,6 +196,7 @@ def runtime(model: str, device: Optional[str], dtype: Optional[str], compat: boo
 
 
 def bar(total: Optional[int], desc: str, unit: str) -> Any:
-    from tqdm import tqdm
+    """A progress bar on stderr, shown only on a terminal (experiments.progress)."""
+    from experiments.progress import bar as progress_bar
 
-    return tqdm(total=total, desc=desc, unit=unit, disable=None)
+    return progress_bar(total, desc, unit)

@@ -63,10 +63,10 @@ def shard_list(indices: list[int], n: int) -> str:
 def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]], shard: tuple[int, int] | None,
                   say: Callable[[str], None], clock: StageTimes) -> bool:
     """Both model phases of model `m`; False when the second waits for other shards' attempts."""
+    from experiments.progress import GenerationProgress
     from experiments.stages.capture import capture_stage
     from experiments.stages.generate import generate_stage
     from experiments.stages.intervene import intervene_stage
-    from experiments.progress import GenerationProgress
     from experiments.stages.patch import patch_stage
     from interp.runtime import Runtime, describe
 
