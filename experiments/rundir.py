@@ -487,13 +487,19 @@ class RunDir:
             raise RunError(f"{self.file(self.CONFIG)} is not a JSON object; the file was edited or corrupted")
         return cfg
 
-    def record_config(self, section: str, settings: dict[str, Any]) -> None:
-        """Record a stage's settings in config.json; refuse to continue a stage with other settings."""
+    def record_config(self, section: str, settings: dict[str, Any], fresh: bool = False) -> None:
+        """Record a stage's settings in config.json; refuse to continue a stage with other settings. `fresh`: the
+        stage has no rows here yet (nothing its settings made would be dropped or mixed), so new settings replace
+        the record."""
         self._need_lock()
         settings = json.loads(json.dumps(settings))  # as config.json holds it (tuples are lists)
         config = self.config()
         stages = config.setdefault("stages", {})
         old = stages.get(section)
+        if fresh and old is not None and old != settings:
+            stages[section] = settings
+            self.write_json(self.CONFIG, config)
+            return
         if old is not None and old != settings:
             changed = sorted(_diff(old, settings))
             raise RunError(f"{self.path} already has stage {section!r} with other settings ({', '.join(changed)}); "

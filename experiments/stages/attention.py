@@ -85,8 +85,10 @@ def _attention(rt: Any, rd: RunDir, model: str, s: AttentionSettings, progress: 
     from interp.models import ModelError
 
     layers = list(range(rt.info.n_layers)) if s.layers is None else list(s.layers)
-    # rows resume only under the same settings: another command's would drop the study's rows as stale
-    rd.record_config(f"attention/{model}/{s.task}", {**s.as_dict(), "layers": layers})
+    # rows resume only under the same settings: another command's would drop the study's rows as stale (with no
+    # row of this model and task yet, there is nothing to drop: new settings are recorded)
+    fresh = not any(r.get("model") == model and r.get("task") == s.task for r in rd.rows(ATTENTION))
+    rd.record_config(f"attention/{model}/{s.task}", {**s.as_dict(), "layers": layers}, fresh=fresh)
     render_stage(rd)
     todo = sources(rd, model, s)
     if todo:

@@ -215,3 +215,13 @@ def test_merge_refuses_a_destination_with_other_results(tmp_path):
         rd.append(RunDir.GENERATIONS, [_row("9Z-99", 0, "fill('red')")])
     with pytest.raises(RunError, match="none of the shards has"):
         merge_runs([shard], extra)
+
+
+def test_a_stage_without_rows_takes_new_settings_and_one_with_rows_refuses_them(tmp_path):
+    """Settings are refused only where rows made under the old ones would be dropped or mixed."""
+    with RunDir.writer(tmp_path, "t") as rd:
+        rd.record_config("attention/m/layout", {"chunk": 3})
+        with pytest.raises(RunError, match="chunk"):
+            rd.record_config("attention/m/layout", {"chunk": 8})
+        rd.record_config("attention/m/layout", {"chunk": 8}, fresh=True)
+        assert rd.config()["stages"]["attention/m/layout"] == {"chunk": 8}
