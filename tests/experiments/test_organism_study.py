@@ -68,6 +68,10 @@ def test_probe_stage_recovers_the_planners_plans_and_not_the_siblings(tmp_path):
         assert d["r2_text"] < 0.1, d  # the text baseline cannot read an XOR of words that share no bigram
         assert d["delta_r2"] > 0.5 and d["delta_ci"][0] > 0, d
         assert d["p_perm"] <= 0.01 and d["q_bh"] <= 0.02, d  # 99 permutations: p >= 0.01 by construction
+        # beyond the text (issue 19): no lexical reading of the prompt, the model's own input embeddings included,
+        # gives an XOR of two words, so the plan is beyond every baseline and the Freedman-Lane p is at its floor
+        bt = one(model=m, target="own", features="beyond_text", position="last")
+        assert bt["r2_baseline"] < 0.2 and bt["delta_beyond"] > 0.5 and bt["p_fl"] <= 0.01, bt
         layers = sorted((r for r in rows if r["model"] == m and r.get("target") == "own" and r.get("features") == "resid"
                          and r["position"] == "last" and isinstance(r["layer"], int)), key=lambda r: r["layer"])
         assert layers[0]["r2"] < 0.1 and max(r["r2"] for r in layers) > 0.8  # not in the embeddings; in the stream
@@ -149,7 +153,7 @@ def test_trajectory_finds_the_planners_plan_before_it_draws_and_an_untrained_mod
 
     run = tmp_path / "run"
     rts = _generate(run, ("xor-planner",), _prompts("xor-planner", 60, 3))
-    s = TrajectorySettings(boundaries=3, n_boot=200)
+    s = TrajectorySettings(boundaries=3)
     with RunDir.writer(run) as rd:
         got = trajectory_stage(rts["xor-planner"], rd, "organism:xor-planner", s)["rows"]
     assert got[0]["counts"]["used"] == 60
