@@ -7,15 +7,17 @@
 #     here whose plans were constructed, docs/organisms.md), and OUT/organisms/known_answers.md saying
 #     per method whether it recovered the constructed answer (a method that misses it there is not to be
 #     trusted on a real model)
-#  4. `ambench run --preset quick`: SmolLM2 135M Instruct, few-shot, 1 greedy + 2 sampled attempts on
-#     20 translation and 15 layout prompts (one per subcategory); renders, PIoU, layout validity and
+#  4. `ambench run --preset quick`: SmolLM2 135M Instruct, few-shot, 1 greedy + 1 sampled attempt on
+#     20 translation prompts and 1 greedy + 2 sampled on 15 layout prompts (one per subcategory); renders, PIoU, layout validity and
 #     triviality, the residual stream at every layer, probes with controls, the four intervention
 #     arms, activation patching
 #  5. `ambench report OUT/organisms OUT/study --out OUT/report`: the one page to open, the methods
 #     validated on the organisms first, then SmolLM2's results
 #  Step 3 runs beside steps 1, 2 and 4, each study with one thread (OMP_NUM_THREADS=1): on a 2-core
 #  machine the two studies then share the cores instead of taking turns (the organisms are tiny models
-#  that gain nothing from a second thread), and the main job takes about the time of the longer one.
+#  that gain nothing from a second thread), and the main job takes about the time of the longer one, the
+#  SmolLM2 study. (Two threads for it were slower: 11.1 against 10.3 minutes, because while the organisms
+#  run its two threads wait on a busy core: its first generation took 413 s against 255 s.)
 #  Every stage resumes: rerunning the command continues where a killed run stopped.
 #  At the end it prints the time of each step and of each stage of the two studies (wall and CPU
 #  seconds, with the 1-minute load average), also kept in OUT/timings.jsonl.
@@ -30,14 +32,14 @@ minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
 step() {  # step NAME COMMAND...: run it and append its wall and CPU seconds and the load at its start
   local name="$1" w0 c0 c1 l0
   shift
-  w0=$(date +%s.%N); times > "$OUT/.times.$name"; l0=$(cut -d' ' -f1 /proc/loadavg)
-  c0=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.2f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$OUT/.times.$name")
-  "$@"
-  times > "$OUT/.times.$name"
+  w0=$(date +%s.%N); l0=$(cut -d' ' -f1 /proc/loadavg)
+  # in a subshell, whose children are this step's processes only (the shell's own `times` would also count a
+  # step running beside it that ended meanwhile: the organisms' CPU was once counted in the quick study's)
+  ( "$@"; rc=$?; times > "$OUT/.times.$name"; exit $rc ) || return $?
   c1=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.2f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$OUT/.times.$name")
   rm -f "$OUT/.times.$name"
   printf '{"step": "%s", "stage": "(whole step)", "wall_s": %.2f, "cpu_s": %.2f, "load": %s}\n' "$name" \
-    "$(minus "$(date +%s.%N)" "$w0")" "$(minus "$c1" "$c0")" "$l0" >> "$TIMES"
+    "$(minus "$(date +%s.%N)" "$w0")" "$c1" "$l0" >> "$TIMES"
 }
 sandbox() {
 .venv/bin/python - "$OUT" <<'PY'

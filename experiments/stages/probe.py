@@ -64,6 +64,7 @@ class ProbeSettings:
     exclude_trivial: bool = False  #: drop trivial (near-uniform) renders from the consensus
     target_attempts: str = "all"  #: which attempts form the consensus target: all (the paper) or sampled (TARGET_ATTEMPTS)
     n_perm: int = 2500  #: permutations of the headline Delta test (>= 2,500 reaches the paper's p <= 0.0004)
+    n_perm_beyond: int | None = None  #: permutations of the beyond-text (Freedman-Lane) test (None: n_perm)
     n_perm_layers: int = 100  #: permutations per per-layer own-target row (the permuted-target control)
     n_boot: int = 10_000  #: prompt-bootstrap resamples (the stages that share these settings: selectivity)
     repeats: int = DEFAULT_REPEATS  #: partitions of the repeated CV behind every interval (interp/intervals.py)
@@ -72,6 +73,10 @@ class ProbeSettings:
     alphas: tuple[float, ...] = tuple(float(a) for a in np.logspace(-2, 5, 15))  #: ridge penalties likewise
     outer: int = 5  #: outer folds (the reported R^2 pools their out-of-fold predictions)
     inner: int = 5  #: inner folds (hyperparameter and layer choice)
+
+    @property
+    def perms_beyond(self) -> int:
+        return self.n_perm if self.n_perm_beyond is None else self.n_perm_beyond
 
     @property
     def grid(self) -> Grid:
@@ -458,15 +463,16 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
     row = {**tb, "features": "beyond_text", "layer": "best", "position": pos, "baseline": top,
            "baselines": {b: json_number(v) for b, v in r2s.items()}, "r2_resid": json_number(best.r2),
            "r2_baseline": json_number(bres.r2), "delta_beyond": json_number(delta), "delta_mean": json_number(iv.value),
-           "delta_ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se), "n_perm": s.n_perm, "p_fl": None}
+           "delta_ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se), "n_perm": s.perms_beyond,
+           "p_fl": None}
     if f["emb_mean"] is None:
         row["missing_baselines"] = {"embedding-mean": "the activations were captured without it (before issue 19): "
                                                       "capture again to add it"}
-    if s.n_perm and np.isfinite(delta):
+    if s.perms_beyond and np.isfinite(delta):
         x = f["pos"][pos][0] if top == "embedding@position" else (f["emb_mean"] if top == "embedding-mean" else f["lexical"][top])
         fitted = fitted_values(x, t.y, s.grid, s.seed)
         pseed = derive_seed(s.seed, name, task, t.name, pos, "beyond-text-perm")
-        p, null = freedman_lane(lsweep, _OneLayer(bsweep, blayers), fitted, t.y, delta, s.n_perm, pseed)
+        p, null = freedman_lane(lsweep, _OneLayer(bsweep, blayers), fitted, t.y, delta, s.perms_beyond, pseed)
         row.update(p_fl=p, null_mean=json_number(float(np.nanmean(null))), perm_seed=pseed)
     return row
 

@@ -68,6 +68,7 @@ class StudyConfig:
     target_attempts: str = "all"
     n_perm: int = 999  #: permutations of the headline Delta R^2 test (the paper preset: 2,500)
     n_perm_layers: int = 49  #: permutations per per-layer probe row
+    n_perm_beyond: int | None = None  #: permutations of the beyond-text test (None: n_perm)
     n_boot: int = 2000  #: resamples of the bootstrap CIs (selectivity, attention, layout; probes need none)
     continuations: int = 3  #: continuations per intervention arm and cut (paper: 9)
     intervene_cuts: int = 6  #: intervention cuts per model (0 = every cut)
@@ -124,7 +125,7 @@ class StudyConfig:
             raise ValueError(f"preset {preset!r} runs one study per part ({', '.join(PRESETS[preset]['parts'])}): "
                              "run it with `ambench run --preset` (experiments.organisms.run_parts)")
         names = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {**PRESETS[preset], "preset": preset}
+        values: dict[str, Any] = {**{k: v for k, v in PRESETS[preset].items() if not k.startswith("_")}, "preset": preset}
         values.update({k: v for k, v in overrides.items() if v is not None})
         bad = sorted(set(values) - names)
         if bad:
@@ -177,7 +178,8 @@ class StudyConfig:
         from experiments.stages.probe import ProbeSettings
 
         return ProbeSettings(min_attempts=self.min_attempts, n_perm=self.n_perm, n_perm_layers=self.n_perm_layers,
-                             n_boot=self.n_boot, seed=self.seed, target_attempts=self.target_attempts)
+                             n_boot=self.n_boot, seed=self.seed, target_attempts=self.target_attempts,
+                             n_perm_beyond=self.n_perm_beyond)
 
     def selectivity_settings(self) -> Any:
         """The selectivity stage's settings: the probe stage's targets, grid and seed (issue 16)."""
