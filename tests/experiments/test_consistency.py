@@ -284,17 +284,23 @@ def test_study_runs_the_stage_when_given_a_folder_and_the_report_has_its_section
     assert tight(by(rows, "coherence", model="a", tier="all")[0]) and not tight(by(rows, "coherence", model="c", tier="all")[0])
     page = (run / RunDir.REPORT).read_text()
     assert "concept consistency (DINO)" in page and "Spearman rho between mean token entropy" in page
-    assert "over 3 models = 1.000" in page  # entropy rises with the repainted share: a monotone relation
+    assert "over 3 models = 1.00 (p = 0.333)" in page  # entropy rises with the repainted share: a monotone relation
+    # (rho to the report's 3 significant digits; p = 1/3! * 2: the exact two-sided p of a perfect rank order of 3)
     assert page.count("alt=\"DINO map of") == 3
 
 
 def test_study_without_a_folder_has_no_section(tmp_path):
+    """No DINO folder: no stage, and the report says the section was not computed and how to compute it (issue 21:
+    the page names what it lacks) rather than showing any DINO number."""
     from experiments.study import StudyConfig, finish
 
     run = write_run(tmp_path / "run", model_attempts("a", 1, 0.0))
     with RunDir.writer(run) as rd:
         finish(StudyConfig(n_boot=50), rd, {}, say=lambda m: None)
-    assert not (run / CONSISTENCY).exists() and "concept consistency" not in (run / RunDir.REPORT).read_text()
+    page = (run / RunDir.REPORT).read_text()
+    assert not (run / CONSISTENCY).exists()
+    assert "DINO concept consistency: not computed" in page and "--dino-folder" in page
+    assert "Spearman rho between mean token entropy" not in page and "DINO map of" not in page
 
 
 def test_run_refuses_a_bad_dino_folder_before_any_work(tmp_path):

@@ -36,7 +36,8 @@ def model(tmp_path_factory):
 
 def _cmd(model, out, *extra):
     return [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out),
-            "--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "12",
+            "--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "1", "--translation-samples", "2",
+            "--max-new-tokens", "12",
             "--continuations", "2", "--intervene-tokens", "10", *extra]
 
 
@@ -157,13 +158,14 @@ def test_shards_merge_to_the_same_files(model, reference, tmp_path):
         shutil.copytree(tmp_path / "m1", tmp_path / f"t{i}", ignore=shutil.ignore_patterns(".lock"))
         res = _run(model, tmp_path / f"t{i}", "--shard", f"{i}/2")
         assert "interventions:" in res.stderr
-    _merge([tmp_path / "t0", tmp_path / "t1"], tmp_path / "merged")
+    merged = tmp_path / "merged" / "run"  # the report names its run directory: the reference's is "run"
+    _merge([tmp_path / "t0", tmp_path / "t1"], merged)
     for f in ("interventions.jsonl", "patching.jsonl", "intervention_cuts.jsonl"):
-        assert (tmp_path / "merged" / f).read_bytes() == (reference / f).read_bytes(), f
-    _run(model, tmp_path / "merged")
+        assert (merged / f).read_bytes() == (reference / f).read_bytes(), f
+    _run(model, merged)
     for f in RESULTS:
-        assert (tmp_path / "merged" / f).read_bytes() == (reference / f).read_bytes(), f
-    _acts_equal(_acts(tmp_path / "merged"), _acts(reference))
+        assert (merged / f).read_bytes() == (reference / f).read_bytes(), f
+    _acts_equal(_acts(merged), _acts(reference))
 
 
 def test_report_renders_in_headless_chromium(reference, tmp_path):
