@@ -209,6 +209,9 @@ class Runtime:
         self._force_bridge = info.compat
         #: prefill a prompt given several times in one generate() call once (see generate); off only to compare
         self.share_prefill = True
+        #: the KV caches of the last shared prefixes computed without hooks (`_prefix_cache`): a few-shot protocol's
+        #: examples are the same in every batch of a stage, so each is computed once per stage, not once per batch
+        self._prefixes: dict[tuple[str, tuple[int, ...]], Cache] = {}
         params = inspect.signature(model.forward).parameters
         self._logits_to_keep = "logits_to_keep" in params
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -434,9 +437,7 @@ class Runtime:
     def _new_cache() -> Cache:
         # a full cache on every layer: sliding-window layers are masked by position instead of being
         # truncated, which continue_batch needs to shift a row's cache (see the module docstring)
-        from transformers import DynamicCache
-
-        return DynamicCache()
+        return _growing_cache()
 
     def pad(self, prompts: Sequence[Sequence[int]]) -> tuple[Int[torch.Tensor, "batch seq"], Int[torch.Tensor, "batch seq"], list[int]]:
         """Left-pad token lists: ids [b, T], mask [b, T], and each row's offset."""
@@ -510,28 +511,23 @@ class Runtime:
             raise ValueError("one Sampling per suffix")
         if not prefix or any(len(x) == 0 for x in suffixes):
             raise ValueError("the prefix and every suffix need at least one token")
-        b, n_pre = len(suffixes), len(prefix)
-        width = max(len(s) for s in suffixes)
-        shift = [width - len(s) for s in suffixes]  # row i's padding, all of it on the left
+        b = len(suffixes)
+        block, mask, shift = self._suffix_block(prefix, suffixes)
+        width = block.shape[1]
         path = self._path(list(hooks) + list(prefill_hooks))
         dev = self.device
-        rows = []
-        for s, p in zip(suffixes, shift):
-            full = list(prefix) + list(s)
-            rows.append([self.pad_id] * max(p - n_pre, 0) + full[max(n_pre - p, 0):])
-        block = torch.tensor(rows, dtype=torch.long, device=dev)
-        mask = torch.ones((b, n_pre + width), dtype=torch.long, device=dev)
-        for i, p in enumerate(shift):
-            mask[i, :p] = 0
         in_suffix = torch.zeros((b, width), dtype=torch.bool)
         for i, s in enumerate(suffixes):
             in_suffix[i, width - len(s):] = True
         patch = [(name, _only_where(fn, in_suffix)) for name, fn in prefill_hooks] if any(shift) else list(prefill_hooks)
         try:
             with torch.inference_mode():
-                pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=dev)
-                with self._attached(hooks, path):
-                    _, cache = self._forward(pre_ids, torch.ones_like(pre_ids), self._new_cache(), path)
+                if hooks:  # steering acts on the prefix too
+                    pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=dev)
+                    with self._attached(hooks, path):
+                        _, cache = self._forward(pre_ids, torch.ones_like(pre_ids), self._new_cache(), path)
+                else:
+                    cache = self._prefix_cache(prefix, path)
                 _shift_rows(cache, shift)
                 with self._attached(list(hooks) + patch, path):
                     logits, cache = self._forward(block, mask, cache, path)
@@ -541,6 +537,45 @@ class Runtime:
             if _is_oom(e):
                 raise ModelError(f"out of memory continuing {b} rows on {self.device}: use fewer continuations") from None
             raise
+
+    #: shared prefixes whose KV caches `_prefix_cache` keeps (a study's stage alternates at most between its tasks')
+    PREFIXES_KEPT = 2
+
+    def _prefix_cache(self, prefix: Sequence[int], path: str) -> Cache:
+        """A fresh copy of the unhooked KV cache of `prefix` (batch 1): computed on first use, then copied from the
+        last PREFIXES_KEPT prefixes (the same tensors as computing it again: the same call on the same weights)."""
+        import torch
+
+        key = (path, tuple(prefix))
+        kept = self._prefixes.pop(key, None)
+        if kept is None:
+            pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
+            with torch.inference_mode():
+                _, kept = self._forward(pre_ids, torch.ones_like(pre_ids), self._new_cache(), path)
+        self._prefixes[key] = kept  # most recently used last
+        while len(self._prefixes) > self.PREFIXES_KEPT:
+            self._prefixes.pop(next(iter(self._prefixes)))
+        return copy.deepcopy(kept)
+
+    def _suffix_block(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]]
+                      ) -> tuple[Int[torch.Tensor, "batch width"], Int[torch.Tensor, "batch total"], list[int]]:
+        """The layout of `continue_batch` (module docstring): the block of tokens that follows a batch-1 prefix
+        cache shifted by `shift[i]` slots per row, and the attention mask over prefix and block. Prompt position
+        a >= len(prefix) of row i sits in block column a + shift[i] - len(prefix)."""
+        import torch
+
+        b, n_pre = len(suffixes), len(prefix)
+        width = max(len(s) for s in suffixes)
+        shift = [width - len(s) for s in suffixes]  # row i's padding, all of it on the left
+        rows = []
+        for s, p in zip(suffixes, shift):
+            full = list(prefix) + list(s)
+            rows.append([self.pad_id] * max(p - n_pre, 0) + full[max(n_pre - p, 0):])
+        block = torch.tensor(rows, dtype=torch.long, device=self.device)
+        mask = torch.ones((b, n_pre + width), dtype=torch.long, device=self.device)
+        for i, p in enumerate(shift):
+            mask[i, :p] = 0
+        return block, mask, shift
 
     def _decode(self, logits: Float[torch.Tensor, "batch vocab"], cache: Cache, mask: Int[torch.Tensor, "batch total"],
                 sampling: Sequence[Sampling], stop: StopRule, path: str,
@@ -635,37 +670,86 @@ class Runtime:
         """
         import torch
 
-        from hooks.capture import PositionCapture
-
-        ids, mask, offsets = self.pad(prompts)
         n_pos = {len(p) for p in positions}
         if len(n_pos) != 1:
             raise ValueError("every prompt needs the same number of positions")
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
         for pos, prompt in zip(positions, prompts):
             if any(not 0 <= p < len(prompt) for p in pos):
                 raise ValueError(f"position out of range 0..{len(prompt) - 1}: {list(pos)}")
-        index = torch.tensor([[off + p for p in pos] for off, pos in zip(offsets, positions)], dtype=torch.long)
-        names = self.hook_names(layers, final)
-        grouped = self.canonical_hooks(names)
-        cap = PositionCapture(index.to(ids.device), len(names))
-        site_of = {n: i for i, n in enumerate(names)}
-        fwd_hooks = [(canon, cap.hook([site_of[a] for a in aliases])) for canon, aliases in grouped.items()]
-        pos_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        path = self._path(fwd_hooks)
+        groups = _prefix_groups(prompts, positions) if self.share_prefill else [(0, list(range(len(prompts))))]
+        parts = []
         try:
-            with torch.inference_mode():
-                if path == "bridge":
-                    self.bridge.run_with_hooks(ids, fwd_hooks=fwd_hooks, attention_mask=mask, position_ids=pos_ids,
-                                               return_type=None, logits_to_keep=1)
+            for common, rows in groups:
+                if common >= SHARED_PREFIX_MIN:
+                    part = self._capture_after(list(prompts[rows[0]][:common]), [list(prompts[r][common:]) for r in rows],
+                                               [[p - common for p in positions[r]] for r in rows], layers, final)
                 else:
-                    extra = {"logits_to_keep": 1} if self._logits_to_keep else {}
-                    with self.sites.attached(fwd_hooks):
-                        self.model(input_ids=ids, attention_mask=mask, position_ids=pos_ids, use_cache=False, **extra)
+                    part = self._capture_whole([prompts[r] for r in rows], [positions[r] for r in rows], layers, final)
+                parts.append((rows, part))
         except Exception as e:  # noqa: BLE001
             if _is_oom(e):
                 raise ModelError(f"out of memory capturing a batch of {len(prompts)}: lower --batch-size") from None
             raise
+        if len(parts) == 1 and parts[0][0] == list(range(len(prompts))):
+            return parts[0][1]
+        out = torch.empty((len(prompts), *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)
+        for rows, part in parts:
+            out[rows] = part
+        return out
+
+    def _capture_whole(self, prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
+                       layers: Sequence[int] | None, final: str) -> Float[torch.Tensor, "batch site pos d_model"]:
+        """`capture` with one forward pass over the left-padded prompts."""
+        import torch
+
+        from hooks.capture import PositionCapture
+
+        ids, mask, offsets = self.pad(prompts)
+        index = torch.tensor([[off + p for p in pos] for off, pos in zip(offsets, positions)], dtype=torch.long)
+        names = self.hook_names(layers, final)
+        cap = PositionCapture(index.to(ids.device), len(names))
+        fwd_hooks = self._capture_hooks(cap, names)
+        pos_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        path = self._path(fwd_hooks)
+        with torch.inference_mode():
+            if path == "bridge":
+                self.bridge.run_with_hooks(ids, fwd_hooks=fwd_hooks, attention_mask=mask, position_ids=pos_ids,
+                                           return_type=None, logits_to_keep=1)
+            else:
+                extra = {"logits_to_keep": 1} if self._logits_to_keep else {}
+                with self.sites.attached(fwd_hooks):
+                    self.model(input_ids=ids, attention_mask=mask, position_ids=pos_ids, use_cache=False, **extra)
         return cap.result()
+
+    def _capture_after(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
+                       layers: Sequence[int] | None, final: str) -> Float[torch.Tensor, "batch site pos d_model"]:
+        """`capture` of `prefix + suffixes[i]` at `positions[i]` (indices into the suffix): the shared prefix is
+        computed once into a KV cache, unhooked (no captured position lies in it), and the suffixes run on it with
+        the capture hooks, laid out as `continue_batch` lays them out. The same activations as one pass per prompt
+        up to float rounding (tests/interp/test_runtime.py bounds it on every architecture)."""
+        import torch
+
+        from hooks.capture import PositionCapture
+
+        block, mask, shift = self._suffix_block(prefix, suffixes)
+        index = torch.tensor([[p + s for p in pos] for pos, s in zip(positions, shift)], dtype=torch.long)
+        names = self.hook_names(layers, final)
+        cap = PositionCapture(index.to(block.device), len(names))
+        fwd_hooks = self._capture_hooks(cap, names)
+        path = self._path(fwd_hooks)
+        with torch.inference_mode():
+            cache = self._prefix_cache(prefix, path)
+            _shift_rows(cache, shift)
+            with self._attached(fwd_hooks, path):
+                self._forward(block, mask, cache, path)
+        return cap.result()
+
+    def _capture_hooks(self, cap: Any, names: Sequence[str]) -> list[tuple[str, Callable[..., Any]]]:
+        grouped = self.canonical_hooks(names)
+        site_of = {n: i for i, n in enumerate(names)}
+        return [(canon, cap.hook([site_of[a] for a in aliases])) for canon, aliases in grouped.items()]
 
     # ------------------------------------------------------------------ attention
 
@@ -740,6 +824,94 @@ def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
         if any(p[i] != t for p in prompts):
             return i
     return max(n, 0)
+
+
+def _prefix_groups(prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]]) -> list[tuple[int, list[int]]]:
+    """Rows of a capture batch grouped to share a prefix: [(common, rows)], each group's rows starting with the same
+    `common` tokens, all of them before the group's first captured position (common 0: no sharing). The grouping
+    computes the fewest tokens: prompts sorted, a run's common prefix is the smallest common prefix of neighbours,
+    and a run is split at those neighbours when its parts, each with its own prefix, cost fewer tokens."""
+    def shareable(r: int) -> int:  # never a captured position (nor the last token: a suffix has one at least)
+        return min([len(prompts[r]) - 1, *positions[r]])
+
+    alone = [r for r in range(len(prompts)) if shareable(r) < SHARED_PREFIX_MIN]
+    order = sorted((r for r in range(len(prompts)) if shareable(r) >= SHARED_PREFIX_MIN), key=lambda r: tuple(prompts[r]))
+
+    def lcp(a: Sequence[int], b: Sequence[int]) -> int:
+        n = min(len(a), len(b))
+        for i in range(n):
+            if a[i] != b[i]:
+                return i
+        return n
+
+    cap = [shareable(r) for r in order]
+    near = [min(lcp(prompts[a], prompts[b]), cap[i], cap[i + 1]) for i, (a, b) in enumerate(zip(order, order[1:]))]
+
+    def best(lo: int, hi: int) -> tuple[int, list[tuple[int, list[int]]]]:  # rows order[lo:hi]
+        rows = order[lo:hi]
+        common = min(near[lo:hi - 1]) if hi - lo > 1 else 0
+        common = common if common >= SHARED_PREFIX_MIN else 0
+        whole = common + sum(len(prompts[r]) - common for r in rows)
+        if hi - lo == 1 or min(near[lo:hi - 1]) == max(near[lo:hi - 1]):
+            return whole, [(common, rows)]
+        low = min(near[lo:hi - 1])
+        cuts = [lo] + [i + 1 for i in range(lo, hi - 1) if near[i] == low] + [hi]
+        split = [best(a, b) for a, b in zip(cuts, cuts[1:])]
+        cost = sum(c for c, _ in split)
+        if cost < whole:
+            return cost, [g for _, gs in split for g in gs]
+        return whole, [(common, rows)]
+
+    return (best(0, len(order))[1] if order else []) + ([(0, alone)] if alone else [])
+
+
+def _growing_cache() -> Cache:
+    """A DynamicCache whose layers append each step's keys and values into buffers with spare room.
+
+    DynamicLayer concatenates the whole cache with each new token: on a CPU that copy was 57% of a decode step
+    (SmolLM2, 8 rows, ~1,000 tokens of context; perf/bench_generation.py). Here a layer writes the new states
+    into its buffer and hands attention a view of the filled part: the same keys and values, so the same
+    logits. Whoever replaces `keys`/`values` (batch_select_indices, `_shift_rows`, a deepcopy) leaves a tensor
+    that is no longer a view of the buffer; the next update notices and copies it into a new buffer."""
+    import torch
+    from transformers import DynamicCache
+    from transformers.cache_utils import Cache as BaseCache, DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        _kbuf: torch.Tensor | None = None
+        _vbuf: torch.Tensor | None = None
+
+        def _is_view(self) -> bool:
+            k, buf = self.keys, self._kbuf
+            return (buf is not None and k is not None and k.numel() > 0 and k.data_ptr() == buf.data_ptr()
+                    and k.shape[:2] == buf.shape[:2] and k.shape[-1] == buf.shape[-1] and k.stride() == buf.stride()
+                    and self.values.data_ptr() == self._vbuf.data_ptr() and self.values.shape == k.shape)
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n_old = self.keys.shape[-2] if self.keys.numel() else 0
+            n_new = n_old + key_states.shape[-2]
+            if not self._is_view() or self._kbuf.shape[-2] < n_new:
+                cap = n_new + max(64, n_new // 2)  # room for the next tokens: a copy every ~n/2 steps, not every one
+                b, h, _, d = key_states.shape
+                kbuf = key_states.new_empty((b, h, cap, d))
+                vbuf = value_states.new_empty((b, h, cap, value_states.shape[-1]))
+                if n_old:
+                    kbuf[:, :, :n_old] = self.keys
+                    vbuf[:, :, :n_old] = self.values
+                self._kbuf, self._vbuf = kbuf, vbuf
+            self._kbuf[:, :, n_old:n_new] = key_states
+            self._vbuf[:, :, n_old:n_new] = value_states
+            self.keys, self.values = self._kbuf[:, :, :n_new], self._vbuf[:, :, :n_new]
+            return self.keys, self.values
+
+    class GrowingCache(DynamicCache):
+        def __init__(self) -> None:
+            BaseCache.__init__(self, layer_class_to_replicate=GrowingLayer)
+
+    return GrowingCache()
 
 
 def _shift_rows(cache: Cache, shift: Sequence[int]) -> None:

@@ -182,6 +182,30 @@ def check_architecture(arch: str, dtype: str, folder: Path, device: str = "cpu",
     res["capture"] = True
     res["capture_max_abs_diff"] = err
 
+    # capture with a shared prefix (a few-shot protocol's examples, computed once into a shifted KV cache) == the
+    # model's hidden states of each whole prompt; a row with a captured position inside the prefix runs whole
+    from interp.runtime import SHARED_PREFIX_MIN, _prefix_groups
+
+    prefix = (prompts[0] * 8)[:SHARED_PREFIX_MIN + 6]
+    rows = [prefix + prompts[1][:k] for k in (2, 5, 9)] + [prefix + prompts[0][:4]]
+    spos = [[len(prefix), len(r) - 2, len(r) - 1] for r in rows]
+    rows, spos = rows + [prefix + prompts[1][:3]], spos + [[0, 5, len(prefix) + 2]]
+    groups = _prefix_groups(rows, spos)
+    assert sorted(c for c, _ in groups) == [0, len(prefix)], groups  # the path under test is taken
+    shared = rt.capture(rows, spos)
+    ids2, mask2, offs2 = rt.pad(rows)
+    with torch.inference_mode():
+        hs2 = hf(input_ids=ids2, attention_mask=mask2, position_ids=(mask2.cumsum(-1) - 1).clamp(min=0),
+                 output_hidden_states=True).hidden_states
+    err = 0.0
+    for i, (off, pos) in enumerate(zip(offs2, spos)):
+        at = [off + p for p in pos]
+        for layer in range(n):
+            err = max(err, (shared[i, layer] - hs2[layer][i, at].float().cpu()).abs().max().item())
+    assert err <= tol, err
+    res["capture_shared_prefix"] = True
+    res["capture_shared_prefix_max_abs_diff"] = err
+
     # patch: identity is an exact no-op; layer-0 patch with a donor's activations == continuing the donor
     prefix, donor, target = prompts[0][:20], prompts[0][20:23], prompts[1][:3]
     assert len(prefix) > WINDOW

@@ -68,6 +68,28 @@ def test_capture_every_layer_matches_run_with_cache(real):
         assert torch.allclose(acts[0, layer], bridged[0, layer], rtol=1e-3, atol=1e-3)  # sdpa vs eager
 
 
+def test_capture_with_the_shared_examples_equals_one_pass_per_prompt(real):
+    """The study's capture: a batch of few-shot prompts (translation and layout, each task with its own worked
+    examples) computes each task's examples once; every site and position equals one whole pass per prompt up to
+    float rounding (relative to the activations' scale: real residual streams reach hundreds)."""
+    from interp.runtime import SHARED_PREFIX_MIN, _prefix_groups
+
+    proto = Protocol("few-shot", 2) if real.info.chat else Protocol("completion", 2)
+    items = translation_items(["s000", "s001", "s002"]) + [ITEM, PromptItem("h", "layout", "Draw a house.", "a house")]
+    bp = [build(it, proto, real.tokenizer) for it in items]
+    rows, pos = [b.tokens for b in bp], [[b.positions[k] for k in POSITIONS] for b in bp]
+    groups = _prefix_groups(rows, pos)
+    assert len(groups) == 2 and all(c >= SHARED_PREFIX_MIN for c, _ in groups)  # one prefix per task's examples
+    shared = real.capture(rows, pos)
+    try:
+        real.share_prefill = False
+        whole = real.capture(rows, pos)
+    finally:
+        real.share_prefill = True
+    scale = whole.abs().amax(dim=-1, keepdim=True).clamp(min=1.0)
+    assert ((shared - whole).abs() / scale).max().item() <= 1e-4
+
+
 def test_generate_cli_end_to_end(real, tmp_path):
     from typer.testing import CliRunner
 

@@ -313,3 +313,41 @@ def test_forward_hook_names_aliases_and_none(tiny):
         "ln_final.hook_out": ["ln_final.hook_out"], "blocks.1.hook_out": ["blocks.1.hook_resid_post"]}
     with pytest.raises(ValueError, match="final site"):
         tiny.hook_names(final="middle")
+
+
+def test_the_growing_cache_holds_what_concatenation_holds():
+    """The decode loop's cache writes each step into spare room instead of concatenating the whole cache: after
+    prefills, single steps, rows dropped, a deepcopy and rows replaced from outside (as `_shift_rows` does), every
+    layer holds exactly the tensors DynamicCache's concatenation holds, and a step returns them."""
+    import copy
+
+    from transformers import DynamicCache
+
+    from interp.runtime import _growing_cache
+
+    g = torch.Generator().manual_seed(0)
+    mine, ref = _growing_cache(), DynamicCache()
+
+    def step(n, b):
+        for layer in range(2):
+            k, v = torch.randn((b, 3, n, 4), generator=g), torch.randn((b, 3, n, 4), generator=g)
+            a, ra = mine.update(k, v, layer), ref.update(k, v, layer)
+            assert torch.equal(a[0], ra[0]) and torch.equal(a[1], ra[1])
+
+    step(70, 4)
+    for _ in range(40):  # past the first buffer's room (70 + 64): it grows once
+        step(1, 4)
+    idx = torch.tensor([0, 2, 3])
+    mine.batch_select_indices(idx)
+    ref.batch_select_indices(idx)
+    step(1, 3)
+    mine = copy.deepcopy(mine)
+    step(5, 3)
+    for cache in (mine, ref):
+        for layer in cache.layers:
+            layer.keys, layer.values = layer.keys.flip(0).contiguous(), layer.values.flip(0).contiguous()
+    for _ in range(3):
+        step(1, 3)
+    for a, b in zip(mine.layers, ref.layers):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values) and a.keys.shape[-2] == 70 + 40 + 1 + 5 + 3
+    assert mine.get_seq_length() == ref.get_seq_length()
