@@ -29,6 +29,9 @@ def run_cmd(
     references: Optional[Path] = typer.Option(None, "--references",
                                               help="Translation references (JSONL) scoring the translation prompts of --prompts."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1,
+                                             help="Attempts per generation batch and prompts per capture batch (the work "
+                                                  "unit a resume or a shard counts; more rows use more memory)."),
     protocol: Optional[str] = typer.Option(None, "--protocol"),
     svg: Optional[bool] = typer.Option(None, "--svg/--no-svg", help="Also run the SVG arm (default: on in the paper preset)."),
     media: Optional[list[str]] = typer.Option(None, "--medium", help="An extra canvas medium for the layout task (repeat): "
@@ -70,7 +73,7 @@ def run_cmd(
     if parts_of(preset) is not None:
         if backend == "ray" or shard:
             fail(f"preset {preset} runs several small studies locally; --backend ray and --shard are for single studies")
-        overrides = dict(seed=seed, max_new_tokens=max_new_tokens, samples=samples, translation_samples=translation_samples,
+        overrides = dict(seed=seed, max_new_tokens=max_new_tokens, batch_size=batch_size, samples=samples, translation_samples=translation_samples,
                          continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
                          patch_cuts=patch_cuts, device=device, dtype=dtype, models=models or None)
         if files or references or translation_prompts is not None or layout_per_subcategory is not None:
@@ -88,7 +91,8 @@ def run_cmd(
     try:
         c = StudyConfig.from_preset(preset, models=models or None, seed=seed, translation_prompts=translation_prompts,
                                     layout_per_subcategory=layout_per_subcategory, samples=samples,
-                                    translation_samples=translation_samples, max_new_tokens=max_new_tokens, protocol=protocol,
+                                    translation_samples=translation_samples, max_new_tokens=max_new_tokens,
+                                    batch_size=batch_size, protocol=protocol,
                                     svg=svg, media=tuple(media) if media else None, selectivity=selectivity, attention=attention,
                                     continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
                                     patch_cuts=patch_cuts, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,

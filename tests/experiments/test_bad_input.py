@@ -65,7 +65,7 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
     "run": [(["--preset", "huge", "--out", NEW], "huge"), (["--judge-url", "notaurl", "--judge-model", "x", "--out", NEW], "--judge-url"),
             (["--judge-url", "http://127.0.0.1:8000/v1", "--out", NEW], "--judge-model"),
             (["--device", "bogus", "--out", NEW], "--device"), (["--shard", "3/2", "--out", NEW], "--shard"),
-            (["--medium", "v9", "--out", NEW], "v9")],
+            (["--medium", "v9", "--out", NEW], "v9"), (["--batch-size", "0", "--out", NEW], "--batch-size")],
     "merge": [([MISSING, "--out", NEW], MISSING), ([], "shards"), ([FOLDER, "--out", NEW], "not a shard")],
     "repair": [([MISSING], MISSING), ([FILE], "is a file")],
     "report": [([MISSING], MISSING), ([FILE], "neither a run directory"), ([R, R], "--out")],

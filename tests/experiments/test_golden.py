@@ -40,7 +40,7 @@ PROGRAMS = [
     "```python\nfill('black')\nfor i in range(3):\n    rect(2 + 6 * i, 3, 3, 3, 'orange')\npoly([(10, 10), (20, 10), (20, 20)], 'red')\n```",
 ]
 ARGS = ["--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "1", "--translation-samples", "1",
-        "--max-new-tokens", "8"]
+        "--max-new-tokens", "8", "--batch-size", "8"]  # the batches the golden values were made with
 
 
 def _rows(models: list[str]) -> list[dict]:

@@ -36,7 +36,7 @@ def model(tmp_path_factory):
 
 def _cmd(model, out, *extra):
     return [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out),
-            "--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "1", "--translation-samples", "2",
+            "--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "1", "--translation-samples", "2", "--batch-size", "8",
             "--max-new-tokens", "12",
             "--continuations", "2", "--intervene-tokens", "10", *extra]
 
