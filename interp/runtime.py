@@ -869,7 +869,8 @@ def _growing_cache() -> Cache:
     """A DynamicCache whose layers append each step's keys and values into buffers with spare room.
 
     DynamicLayer concatenates the whole cache with each new token: on a CPU that copy was 57% of a decode step
-    (SmolLM2, 8 rows, ~1,000 tokens of context; perf/bench_generation.py). Here a layer writes the new states
+    (torch.profiler, SmolLM2, 8 rows, ~1,000 tokens of context, 40 steps: 34.8 s, then 17.8 s with this cache).
+    Here a layer writes the new states
     into its buffer and hands attention a view of the filled part: the same keys and values, so the same
     logits. Whoever replaces `keys`/`values` (batch_select_indices, `_shift_rows`, a deepcopy) leaves a tensor
     that is no longer a view of the buffer; the next update notices and copies it into a new buffer."""
