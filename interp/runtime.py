@@ -666,7 +666,9 @@ class Runtime:
         Returns float32 [batch, n_sites, n_positions, d_model]: resid_pre of each block in `layers`, and for
         layer n_layers the final site (`final`: pre-norm, the last block's output; post-norm, the final
         norm's output). Hooks slice the positions out as the forward pass runs, so only
-        [batch, positions, d_model] per site is ever kept.
+        [batch, positions, d_model] per site is ever kept. Rows that share a long prefix (a few-shot
+        protocol's examples) compute it once (`_prefix_groups`, `_capture_after`): the same activations up to
+        float rounding; `share_prefill = False` runs one whole pass per prompt.
         """
         import torch
 
