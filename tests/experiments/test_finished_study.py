@@ -216,7 +216,8 @@ def test_merge_names_its_shards_refuses_duplicates_and_run_names_the_missing(tmp
     from experiments.study import merge_runs, run_study
     from tests.experiments.runs import study_config
 
-    c = study_config(tiny_folder, translation_prompts=1, samples=0, translation_samples=0, max_new_tokens=4)
+    c = study_config(tiny_folder, translation_prompts=1, samples=0, translation_samples=0, max_new_tokens=4,
+                     batch_size=8)  # 16 attempts: two work units, one per shard
     for i in range(2):
         run_study(c, tmp_path / f"s{i}", (i, 2), say=lambda m: None)
     assert merge_runs([tmp_path / "s0", tmp_path / "s1"], tmp_path / "whole")["missing"] == []
