@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import inspect
 import json
@@ -515,19 +516,13 @@ class Runtime:
         block, mask, shift = self._suffix_block(prefix, suffixes)
         width = block.shape[1]
         path = self._path(list(hooks) + list(prefill_hooks))
-        dev = self.device
         in_suffix = torch.zeros((b, width), dtype=torch.bool)
         for i, s in enumerate(suffixes):
             in_suffix[i, width - len(s):] = True
         patch = [(name, _only_where(fn, in_suffix)) for name, fn in prefill_hooks] if any(shift) else list(prefill_hooks)
         try:
             with torch.inference_mode():
-                if hooks:  # steering acts on the prefix too
-                    pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=dev)
-                    with self._attached(hooks, path):
-                        _, cache = self._forward(pre_ids, torch.ones_like(pre_ids), self._new_cache(), path)
-                else:
-                    cache = self._prefix_cache(prefix, path)
+                cache = self._prefix_cache(prefix, path, hooks)  # steering hooks act on the prefix too
                 _shift_rows(cache, shift)
                 with self._attached(list(hooks) + patch, path):
                     logits, cache = self._forward(block, mask, cache, path)
@@ -541,17 +536,20 @@ class Runtime:
     #: shared prefixes whose KV caches `_prefix_cache` keeps (a study's stage alternates at most between its tasks')
     PREFIXES_KEPT = 2
 
-    def _prefix_cache(self, prefix: Sequence[int], path: str) -> Cache:
-        """A fresh copy of the unhooked KV cache of `prefix` (batch 1): computed on first use, then copied from the
-        last PREFIXES_KEPT prefixes (the same tensors as computing it again: the same call on the same weights)."""
+    def _prefix_cache(self, prefix: Sequence[int], path: str, hooks: Hooks = ()) -> Cache:
+        """A fresh KV cache of `prefix` (batch 1). Unhooked ones are computed on first use, then copied from the
+        last PREFIXES_KEPT prefixes (the same tensors as computing it again: the same call on the same weights);
+        a hooked one is computed each time with its hooks and not kept."""
         import torch
 
         key = (path, tuple(prefix))
-        kept = self._prefixes.pop(key, None)
+        kept = None if hooks else self._prefixes.pop(key, None)
         if kept is None:
             pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
-            with torch.inference_mode():
+            with torch.inference_mode(), self._attached(hooks, path):
                 _, kept = self._forward(pre_ids, torch.ones_like(pre_ids), self._new_cache(), path)
+            if hooks:
+                return kept
         self._prefixes[key] = kept  # most recently used last
         while len(self._prefixes) > self.PREFIXES_KEPT:
             self._prefixes.pop(next(iter(self._prefixes)))
@@ -839,15 +837,9 @@ def _prefix_groups(prompts: Sequence[Sequence[int]], positions: Sequence[Sequenc
     alone = [r for r in range(len(prompts)) if shareable(r) < SHARED_PREFIX_MIN]
     order = sorted((r for r in range(len(prompts)) if shareable(r) >= SHARED_PREFIX_MIN), key=lambda r: tuple(prompts[r]))
 
-    def lcp(a: Sequence[int], b: Sequence[int]) -> int:
-        n = min(len(a), len(b))
-        for i in range(n):
-            if a[i] != b[i]:
-                return i
-        return n
-
     cap = [shareable(r) for r in order]
-    near = [min(lcp(prompts[a], prompts[b]), cap[i], cap[i + 1]) for i, (a, b) in enumerate(zip(order, order[1:]))]
+    # _common_prefix keeps a token of each prompt back, which the caps (<= len - 1) already do
+    near = [min(_common_prefix([prompts[a], prompts[b]]), cap[i], cap[i + 1]) for i, (a, b) in enumerate(zip(order, order[1:]))]
 
     def best(lo: int, hi: int) -> tuple[int, list[tuple[int, list[int]]]]:  # rows order[lo:hi]
         rows = order[lo:hi]
@@ -868,7 +860,12 @@ def _prefix_groups(prompts: Sequence[Sequence[int]], positions: Sequence[Sequenc
 
 
 def _growing_cache() -> Cache:
-    """A DynamicCache whose layers append each step's keys and values into buffers with spare room.
+    return _growing_cache_class()()
+
+
+@functools.cache
+def _growing_cache_class() -> type:
+    """The class of `_growing_cache`: a DynamicCache whose layers append each step's keys and values into buffers with spare room.
 
     DynamicLayer concatenates the whole cache with each new token: on a CPU that copy was 57% of a decode step
     (torch.profiler, SmolLM2, 8 rows, ~1,000 tokens of context, 40 steps: 34.8 s, then 17.8 s with this cache).
@@ -914,7 +911,7 @@ def _growing_cache() -> Cache:
         def __init__(self) -> None:
             BaseCache.__init__(self, layer_class_to_replicate=GrowingLayer)
 
-    return GrowingCache()
+    return GrowingCache
 
 
 def _shift_rows(cache: Cache, shift: Sequence[int]) -> None:
