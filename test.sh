@@ -3,4 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/setup.sh
+# headless Chromium for the report test (Debian package; optional: the test skips without it)
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "test.sh: installing chromium (Debian) for the report test"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+    || echo "test.sh: chromium could not be installed; the report rendering test will be skipped" >&2
+fi
 exec .venv/bin/python -m pytest -q "$@"
