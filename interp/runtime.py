@@ -513,7 +513,14 @@ class Runtime:
         if not prefix or any(len(x) == 0 for x in suffixes):
             raise ValueError("the prefix and every suffix need at least one token")
         b = len(suffixes)
-        block, mask, shift = self._suffix_block(prefix, suffixes)
+        # a suffix given several times (a prompt's greedy and sampled attempts, an arm's continuations) is
+        # prefilled once and its rows repeated, as in generate(); hooks may act per row, so not when hooked
+        first: dict[tuple[int, ...], int] = {}
+        rows = [first.setdefault(tuple(x), i) for i, x in enumerate(suffixes)]
+        unique = sorted(first.values())
+        share = self.share_prefill and not hooks and not prefill_hooks and len(unique) < b
+        block_rows = [suffixes[u] for u in unique] if share else list(suffixes)
+        block, mask, shift = self._suffix_block(prefix, block_rows)
         width = block.shape[1]
         path = self._path(list(hooks) + list(prefill_hooks))
         in_suffix = torch.zeros((b, width), dtype=torch.bool)
@@ -526,6 +533,10 @@ class Runtime:
                 _shift_rows(cache, shift)
                 with self._attached(list(hooks) + patch, path):
                     logits, cache = self._forward(block, mask, cache, path)
+                if share:
+                    expand = torch.tensor([unique.index(r) for r in rows], device=mask.device)
+                    logits, mask = logits[expand], mask[expand]
+                    cache.batch_select_indices(expand)
                 with self._attached(hooks, path):
                     return self._decode(logits, cache, mask, sampling, stop, path, on_token)
         except Exception as e:  # noqa: BLE001

@@ -81,6 +81,30 @@ def test_shared_prefill_generates_what_each_row_would_alone(tiny):
     assert dup[1].tokens == tiny.generate([short[0]], [Sampling(1.0, 6)], NOSTOP)[0].tokens
 
 
+def test_repeated_suffixes_after_a_shared_prefix_are_prefilled_once(tiny, monkeypatch):
+    """A few-shot prompt given several times (its greedy and sampled attempts; an intervention arm's
+    continuations) has its suffix prefilled once: the block after the shared prefix holds each distinct suffix
+    one time, and every row still generates what it would alone (test above). A hooked call prefills every row."""
+    shots = Protocol("few-shot", shots=2)
+    bp = [b.tokens for b in prompts(tiny, shots)]
+    rows = [bp[0]] * 3 + [bp[1]] * 3 + [bp[2]] * 2
+    samp = [Sampling(0.0 if i % 3 == 0 else 1.0, 300 + i) for i in range(len(rows))]
+    widths = []
+    real = Runtime._forward
+
+    def counting(self, ids, mask, cache, path):
+        widths.append(tuple(ids.shape))
+        return real(self, ids, mask, cache, path)
+
+    monkeypatch.setattr(Runtime, "_forward", counting)
+    tiny.generate(rows, samp, NOSTOP)
+    blocks = [w for w in widths if w[1] > 1]  # the prefix (if not kept from before) and the suffix block
+    assert blocks[-1][0] == 3, blocks
+    widths.clear()
+    tiny.generate(rows, samp, NOSTOP, hooks=[("blocks.1.hook_resid_pre", lambda act, hook: act)])
+    assert [w for w in widths if w[1] > 1][-1][0] == len(rows)
+
+
 def test_sampled_attempt_regenerates_alone_and_seeds_matter(tiny):
     bp = prompts(tiny)
     s = [Sampling(1.0, 101), Sampling(1.0, 102), Sampling(1.0, 103)]
