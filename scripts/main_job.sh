@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
 # The main job (the README's first command).
-#  1. the sandbox over the benign and hostile corpora (renders + outcome kinds)
-#  2. the translation task: references, the canonical transcriptions scored through the sandbox (an
-#     oracle "model": must pass the gate at PIoU 1.000), and the null baseline
-#  3. `ambench run --preset organisms`: the same study on the model organisms (small models trained
+#  1. `ambench run --preset organisms`: the same study on the model organisms (small models trained
 #     here whose plans were constructed, docs/organisms.md), and OUT/organisms/known_answers.md saying
 #     per method whether it recovered the constructed answer (a method that misses it there is not to be
 #     trusted on a real model)
-#  4. `ambench run --preset quick`: SmolLM2 135M Instruct, few-shot, 1 greedy + 1 sampled attempt on
+#  2. `ambench run --preset quick`: SmolLM2 135M Instruct, few-shot, 1 greedy + 1 sampled attempt on
 #     20 translation prompts and 1 greedy + 2 sampled on 15 layout prompts (one per subcategory); renders, PIoU, layout validity and
 #     triviality, the residual stream at every layer, probes with controls, the four intervention
 #     arms, activation patching
+#  3. the sandbox over the benign and hostile corpora (renders + outcome kinds)
+#  4. the translation task: references, the canonical transcriptions scored through the sandbox (an
+#     oracle "model": must pass the gate at PIoU 1.000), and the null baseline
 #  5. `ambench report OUT/organisms OUT/study --out OUT/report`: the one page to open, the methods
 #     validated on the organisms first, then SmolLM2's results
-#  Step 3 runs beside steps 1, 2 and 4, each study with one thread (OMP_NUM_THREADS=1): on a 2-core
-#  machine the two studies then share the cores instead of taking turns (the organisms are tiny models
-#  that gain nothing from a second thread), and the main job takes about the time of the longer one, the
-#  SmolLM2 study. (Two threads for it were slower: 11.1 against 10.3 minutes, because while the organisms
-#  run its two threads wait on a busy core: its first generation took 413 s against 255 s.)
+#  Steps 1, 3 and 4 run one after the other beside step 2, each study with one thread (OMP_NUM_THREADS=1):
+#  on a 2-core machine the two studies then share the cores instead of taking turns (the organisms are tiny
+#  models that gain nothing from a second thread), and the main job takes about the time of the longer
+#  side, the SmolLM2 study. (Two threads for it were slower: 11.1 against 10.3 minutes, because while the
+#  organisms run its two threads wait on a busy core: its first generation took 413 s against 255 s.)
+#  Steps 3 and 4 (20 s) sit on the shorter side; their output is printed when both sides are done.
 #  Every stage resumes: rerunning the command continues where a killed run stopped.
 #  At the end it prints the time of each step and of each stage of the two studies (wall and CPU
 #  seconds, with the 1-minute load average), also kept in OUT/timings.jsonl.
@@ -62,7 +63,7 @@ for b, r in zip(benign, rb):
 right = sum(r.outcome == h["expect"] for h, r in zip(hostile, rh))
 summary = {"benign_rendered": ok, "benign_total": len(benign), "hostile_right_outcome": right, "hostile_total": len(hostile)}
 (out / "sandbox_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-print(f"[1/5] sandbox: benign corpus {ok}/{len(benign)} rendered to {out}/renders; hostile corpus {right}/{len(hostile)} got the expected outcome")
+print(f"[3/5] sandbox: benign corpus {ok}/{len(benign)} rendered to {out}/renders; hostile corpus {right}/{len(hostile)} got the expected outcome")
 PY
 }
 translation() {
@@ -76,28 +77,33 @@ with open(f"{out}/translation_refs.jsonl") as f, open(f"{out}/translation_oracle
         g.write(json.dumps({"ref_id": r["id"], "model": "oracle-canonical", "sample": 0, "text": "```python\n" + r["canonical"] + "```"}) + "\n")
 PY
 rm -f "$OUT/translation_oracle_scores.jsonl"
-echo "[2/5] translation: scoring the canonical transcriptions of all references through the sandbox"
+echo "[4/5] translation: scoring the canonical transcriptions of all references through the sandbox"
 $AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$OUT/translation_oracle_attempts.jsonl" --out "$OUT/translation_oracle_scores.jsonl"
 $AMB translation baseline --draws 20 --seed 0 | tee "$OUT/translation_null.txt"
 }
 JOB0=$(date +%s.%N)
-echo "[3/5] the study on the model organisms, beside steps 1, 2 and 4: ambench run --preset organisms --out $OUT/organisms (log: $OUT/organisms.log)"
-OMP_NUM_THREADS=1 step organisms $AMB run --preset organisms --out "$OUT/organisms" --timings "$TIMES" >"$OUT/organisms.log" 2>&1 &
-ORGANISMS=$!
-stop_organisms() {  # a failed or interrupted step stops the organisms study too (it resumes on the next run)
-  if kill -0 "$ORGANISMS" 2>/dev/null; then pkill -P "$ORGANISMS" 2>/dev/null || true; kill "$ORGANISMS" 2>/dev/null || true; fi
+echo "[1/5] the study on the model organisms, then steps 3 and 4, beside step 2: ambench run --preset organisms --out $OUT/organisms (log: $OUT/organisms.log)"
+(
+  OMP_NUM_THREADS=1 step organisms $AMB run --preset organisms --out "$OUT/organisms" --timings "$TIMES" >"$OUT/organisms.log" 2>&1
+  step sandbox sandbox >"$OUT/sandbox.log" 2>&1
+  step translation translation >"$OUT/translation.log" 2>&1
+) &
+BESIDE=$!
+stop_beside() {  # a failed or interrupted step stops the steps beside it too (they resume on the next run)
+  if kill -0 "$BESIDE" 2>/dev/null; then pkill -P "$BESIDE" 2>/dev/null || true; kill "$BESIDE" 2>/dev/null || true; fi
 }
-trap stop_organisms EXIT
-step sandbox sandbox
-step translation translation
-echo "[4/5] the study on the embedded model: ambench run --preset quick --out $OUT/study"
+trap stop_beside EXIT
+echo "[2/5] the study on the embedded model: ambench run --preset quick --out $OUT/study"
 OMP_NUM_THREADS=1 step quick $AMB run --preset quick --out "$OUT/study" --timings "$TIMES" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
-if ! wait "$ORGANISMS"; then
-  tail -20 "$OUT/organisms.log" >&2
-  echo "the organisms study failed (log: $OUT/organisms.log)" >&2
+if ! wait "$BESIDE"; then
+  for log in organisms sandbox translation; do
+    if [ -s "$OUT/$log.log" ]; then echo "--- $OUT/$log.log" >&2; tail -20 "$OUT/$log.log" >&2; fi
+  done
+  echo "a step beside the embedded model's study failed (logs above)" >&2
   exit 1
 fi
 cat "$OUT/organisms/known_answers.md"
+cat "$OUT/sandbox.log" "$OUT/translation.log"
 echo "[5/5] the report: ambench report $OUT/organisms $OUT/study --out $OUT/report"
 step report $AMB report "$OUT/organisms" "$OUT/study" --out "$OUT/report"
 echo "time per step and stage (wall and CPU seconds; load = 1-minute load average when it started or ended):"
@@ -111,7 +117,7 @@ for s in steps:
     table.append({**s, "stage": f"[{s['step']}]"})
     table += [{**r, "stage": "  " + r["stage"]} for r in rows if r["step"] == s["step"] and r["stage"] != "(whole step)"]
 print(format_table(table, total=steps))  # the stages are inside their steps: the total is the steps'
-print(f"the whole job: {float(sys.argv[2]) / 60:.1f} minutes of wall time (the organisms ran beside the other steps)")
+print(f"the whole job: {float(sys.argv[2]) / 60:.1f} minutes of wall time (the organisms, the sandbox and the translation scoring ran beside the embedded model)")
 PY
 echo "report: $OUT/report/index.html"
 echo "done: results in $OUT"
