@@ -10,12 +10,16 @@ budget stops it (or ends just under it, so its shapes are computed too); the run
 its CPU time, the CPU per unit, and the CPU a program of exactly `--max-ops` units of that kind
 would use, as a share of the CPU limit. Goal: every row at most a third of the limit (0.67 s).
 Run in-process (bench.sandbox.runtime.execute) with the CPU limit raised, on an otherwise idle machine.
+Each row is the median of `--repeats` runs (default 3): on this 2-core virtual machine the same program's
+CPU time varied by up to 25% between runs minutes apart with nothing else running, and a single run
+measured the machine's moment as much as the program.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 from bench.canvas.medium import Limits
@@ -25,16 +29,21 @@ from tests.corpus.stress import REFUSED, programs
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-ops", type=int, default=Limits().max_ops)
+    ap.add_argument("--repeats", type=int, default=3, help="runs per program; the row shows their median CPU")
     args = ap.parse_args()
     limit = Limits().cpu_seconds
     limits = Limits(max_ops=args.max_ops, cpu_seconds=120, max_calls=10**6)
-    print(f"load average at start: {os.getloadavg()[0]:.2f}; budget {args.max_ops:,} units; CPU limit {limit:g} s")
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; budget {args.max_ops:,} units; CPU limit {limit:g} s; "
+          f"each row the median of {args.repeats} runs")
     print(f"{'construct':22s} {'outcome':8s} {'units':>12s} {'cpu s':>7s} {'ns/unit':>8s} {'cpu at budget':>14s} {'share of limit':>15s}")
     worst = 0.0
     for name, text in programs(args.max_ops).items():
-        t = time.process_time()
-        r = execute(text, limits=limits)
-        cpu = time.process_time() - t
+        runs = []
+        for _ in range(args.repeats):
+            t = time.process_time()
+            r = execute(text, limits=limits)
+            runs.append(time.process_time() - t)
+        cpu = statistics.median(runs)
         units = max(1, min(r.ops, args.max_ops))
         at_budget = cpu * args.max_ops / units
         if not name.endswith("(deep)"):  # stopped by the depth bound after a few units: nothing to extrapolate

@@ -380,7 +380,8 @@ def _no_charge(units: int) -> None:
 CALL_UNITS = 1_200
 #: primitives whose call costs more or less than CALL_UNITS (measured per call, drawing and shape: a
 #: disc's 257-vertex shape about 130 us, a line 70 us, a fill 25 us)
-PRIMITIVE_UNITS = {"fill": 600, "line": 1_800, "circle": 3_200, "circle_outline": 3_200}
+#: (circles at 3,200 measured 0.47-0.56 s at the full budget, so 4,000)
+PRIMITIVE_UNITS = {"fill": 600, "line": 1_800, "circle": 4_000, "circle_outline": 4_000}
 #: a polygon's scanline fill: per row it spans, and per row and edge (a full-height triangle took 0.31 ms,
 #: a 40-vertex ring 0.71 ms)
 ROW_UNITS = 250
@@ -390,13 +391,14 @@ ROW_EDGE_UNITS = 8
 VERTEX_UNITS = 128
 #: times n^2 for a ring read by the even-odd rule (a ring that is not a simple polygon): the balanced XOR
 #: of its n - 2 fan triangles (a 256-vertex zigzag with 253 crossings took 0.19 s of CPU)
-EVEN_ODD_UNITS = 64
+EVEN_ODD_UNITS = 84  # 64 measured 0.45-0.66 s for zigzags at the full budget, near the bench's 0.6 s
 #: and a fixed part: the validity check, the crossing count and the overlays of even the smallest ring
-#: (a full-canvas bow tie took 0.6 ms)
-EVEN_ODD_BASE_UNITS = 3_000
+#: (a full-canvas bow tie took 0.6 ms; at 3,000, 5,000 and 6,000 units, bow ties to the full budget took
+#: 0.50-0.71 s of CPU, around the 0.6 s perf/bench_meter.py allows, so 9,000)
+EVEN_ODD_BASE_UNITS = 9_000
 #: times k^1.5 for its k crossings (a 96-vertex star with 4,371 crossings took 1.2 s)
 CROSSING_UNITS = 100
-#: rings of more vertices than this are charged 64 n^2 without counting their crossings (already over
+#: rings of more vertices than this are charged 84 n^2 without counting their crossings (already over
 #: the default budget; counting them would cost O(n^2) itself)
 COUNTED_VERTICES = 400
 

@@ -158,19 +158,25 @@ def poly_mask(points: list[tuple[float, float]], n: int) -> Mask:
     ymin, ymax = np.minimum(ry, ry2), np.maximum(ry, ry2)
     nonflat = ry != ry2
     r_lo, r_hi = _centre_range(float(ymin.min()), float(ymax.max()), n)
-    for i in range(r_lo, r_hi):
-        y = i + 0.5
-        hit = nonflat & (ymin <= y) & (y < ymax)
-        if not hit.any():
-            continue
-        t = (y - ry[hit]) / (ry2[hit] - ry[hit])
-        xs = np.sort(cx[hit] + t * (cx2[hit] - cx[hit]))
-        for k in range(0, len(xs) - 1, 2):
-            if xs[k + 1] - xs[k] < 1e-9:
-                # a span of zero width (collinear or retraced edges, crossings differing by rounding) has no
-                # interior; without this, a centre lying on the line was painted while the shape's area is 0
-                continue
-            a, b = _centre_range(float(xs[k]), float(xs[k + 1]), n)
-            if a < b:
-                m[i, a:b] = True
+    if r_lo >= r_hi:
+        return m
+    # every scanline at once (rows x edges), the same arithmetic per element as one row at a time: a Python
+    # loop over rows made this a quarter of a typical program's time in the sandbox
+    y = np.arange(r_lo, r_hi, dtype=np.float64)[:, None] + 0.5
+    hit = nonflat & (ymin <= y) & (y < ymax)
+    counts = hit.sum(axis=1)
+    if not counts.any():
+        return m
+    t = (y - ry) / np.where(nonflat, ry2 - ry, 1.0)
+    xs = np.sort(np.where(hit, cx + t * (cx2 - cx), np.finfo(np.float64).max), axis=1)[:, : int(counts.max())]
+    lo, hi = xs[:, 0:-1:2], xs[:, 1::2]  # the crossings in pairs, left to right
+    pair = np.arange(lo.shape[1]) * 2 + 1 < counts[:, None]
+    # a span of zero width (collinear or retraced edges, crossings differing by rounding) has no interior;
+    # without this, a centre lying on the line was painted while the shape's area is 0
+    pair &= np.where(pair, hi - lo, 0.0) >= 1e-9
+    a = np.maximum(np.ceil(np.where(pair, lo, 0.0) - 0.5), 0)
+    b = np.minimum(np.ceil(np.where(pair, hi, 0.0) - 0.5), n)
+    cols = np.arange(n)
+    inside = pair[:, :, None] & (cols >= a[:, :, None]) & (cols < b[:, :, None])
+    m[r_lo:r_hi] = inside.any(axis=1)
     return m

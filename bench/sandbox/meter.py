@@ -62,8 +62,9 @@ CHARS_PER_UNIT = 64
 MAX_FORMAT_WIDTH = 100_000
 #: elements of a shallow copy or concatenation one unit pays for
 ELEMS_PER_UNIT = 8
-#: units per element when rendering text (str(), f-strings, %): a float's repr is about 190 ns
-REPR_UNITS = 4
+#: units per element when rendering text (str(), f-strings, %): a float's repr is about 190 ns (4 units
+#: measured 0.52 s for an f-string of floats at the full budget; 5 leaves room under the bench's 0.6 s)
+REPR_UNITS = 5
 #: units per element hashed (set(), dict(), set algebra): a hash and an insert, about 40 ns
 HASH_UNITS = 2
 #: units every call of one of the sandbox's Python-level wrappers pays for its own overhead (a builtin
@@ -71,8 +72,9 @@ HASH_UNITS = 2
 WRAPPER_UNITS = 8
 #: the same for an unbound method (`list.copy`, `str.lower` called on their type), about 1 us
 UNBOUND_UNITS = 25
-#: units per item a C builtin pulls from an unsized iterator (the metering generator's own cost)
-ITEM_UNITS = 3
+#: units per item a C builtin pulls from an unsized iterator (the metering generator's own cost, 150-200 ns:
+#: at 3 units the rows consuming iterators measured 0.45-0.72 s at the full budget, the bench allows 0.6 s)
+ITEM_UNITS = 4
 
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 _NESTED = frozenset({list, tuple, set, frozenset, dict, str})
@@ -378,8 +380,9 @@ def cmp_helper(meter: Meter) -> Callable[[str, Any, Any], Any]:
             elif not isinstance(b, _SIZED):  # an iterator: consumed item by item
                 b = _metered_iter(meter, b)
                 meter.charge(meter.size(a))
-            else:  # hashing the key: a tuple key is hashed in full
-                meter.charge(meter.size(a) if isinstance(a, (tuple, frozenset)) else 1)
+            else:  # hashing the key: a tuple key is hashed in full (and built: `(5, 5) in d` in a loop measured
+                # 0.51-0.73 s at the full budget with the size alone)
+                meter.charge(1 + 2 * meter.size(a) if isinstance(a, (tuple, frozenset)) else 1)
         elif op not in ("Is", "IsNot") and (isinstance(a, _SIZED) or isinstance(b, _SIZED)):
             # a comparison stops at the shorter operand (or at once, for different types)
             short = a if not isinstance(b, _SIZED) or (isinstance(a, _SIZED) and len(a) <= len(b)) else b
@@ -404,8 +407,8 @@ def _metered_iter(meter: Meter, it: Iterable[Any], deep: int = 0) -> Iterable[An
     def gen() -> Iterable[Any]:
         for x in it:
             # hashing or comparing items: the size measured per item is a Python call of its own (dict |= zip
-            # took 0.6-0.8 s at the full budget with one ITEM_UNITS for both)
-            meter.tick(2 * ITEM_UNITS + deep * meter.size(x) if deep else ITEM_UNITS)
+            # took 0.6-0.8 s at the full budget with one ITEM_UNITS for both, 0.49-0.58 s with two)
+            meter.tick(3 * ITEM_UNITS + deep * meter.size(x) if deep else ITEM_UNITS)
             yield x
 
     return gen()
@@ -548,7 +551,9 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
 
     def filter_(function: Any, iterable: Any, /) -> Any:
         meter.charge(WRAPPER_UNITS)
-        return filter(function, _per_item(meter, iterable))
+        # 2 units an item: the function is called from C on every item, a bound method (`d.get`) at no
+        # charge of its own (filter(d.get, big) measured 0.50-0.61 s at the full budget with 1 or 2)
+        return filter(function, _per_item(meter, iterable, 4))
 
     def unwrap(cls: Any) -> Any:
         if type(cls) is tuple:
@@ -556,7 +561,9 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
         return real.get(id(cls), cls)
 
     def isinstance_(obj: Any, cls: Any, /) -> bool:
-        meter.charge(WRAPPER_UNITS + 4)
+        # the wrapper, `unwrap` and CPython's check (map(isinstance, ...) measured 0.40-0.56 s at the full
+        # budget with 4 or 12 units over WRAPPER_UNITS, so 16)
+        meter.charge(WRAPPER_UNITS + 16)
         if type(cls) is tuple:
             # nested tuples are walked by `unwrap` (a Python call per element, about 150 ns) and by CPython
             meter.charge(REPR_UNITS * meter.size(cls))
@@ -643,7 +650,7 @@ def sort_list(meter: Meter, items: list[Any], key: Any, reverse: bool) -> list[A
     if key is None:
         sort_units(meter, items)
         return sorted(items, reverse=reverse)
-    meter.charge(3 * WRAPPER_UNITS + ITEM_UNITS * len(items))  # the key calls, made from here
+    meter.charge(4 * WRAPPER_UNITS + ITEM_UNITS * len(items))  # the key calls, made from here
     keys = [key(x) for x in items]
     sort_units(meter, keys)
     order = sorted(range(len(items)), key=keys.__getitem__, reverse=reverse)  # stable, as sorting the items
@@ -656,7 +663,7 @@ def sort_in_place(meter: Meter, obj: list[Any], *, key: Any = None, reverse: boo
     what the key added is dropped)."""
     # the list emptied and refilled around the sort, as CPython's, and the sort's own frames (a 2-item sort by key
     # measured 66 ns a unit at 2 WRAPPER_UNITS here: 0.66 s at the full budget, over the 0.6 s the bench allows)
-    meter.charge(3 * WRAPPER_UNITS + flat(obj))
+    meter.charge(6 * WRAPPER_UNITS + flat(obj))  # 0.55-0.71 s at 3 and 4 WRAPPER_UNITS here and below
     items = obj[:]
     obj.clear()
     try:
@@ -739,10 +746,11 @@ def _search(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
 
 
 def _split(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
-    """a substring search, and at most length / len(sep) + 1 new strings, 1 unit each"""
+    """a substring search, charged twice (split's search measured 2.3x `in`'s: 0.53-0.65 s at the full budget
+    charged once), and at most length / len(sep) + 1 new strings, 1 unit each"""
     sep = args[0] if args else kwargs.get("sep")
     m = len(sep) if type(sep) is str and sep else 2  # whitespace: a piece and a separator at least
-    meter.charge(search_units(len(obj), m) + len(obj) // m + 1)
+    meter.charge(2 * search_units(len(obj), m) + len(obj) // m + 1)
     return args
 
 

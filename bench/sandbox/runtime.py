@@ -21,6 +21,7 @@ import numpy as np
 import shapely
 
 from bench.canvas.extract import extract_code, normalise
+from bench.canvas.extract import parse as extract_parse
 from bench.canvas.medium import V1, BudgetExceeded, Call, Limits, Medium, shape_of
 from bench.canvas.palette import RGB
 from bench.sandbox import meter as meters
@@ -168,7 +169,7 @@ def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
     if code is None:
         return ExecResult("no_code", "no code found in the text")
     try:
-        tree = ast.parse(code)
+        tree = extract_parse(code)
     except SyntaxError as e:
         return ExecResult("syntax", f"line {e.lineno}: {e.msg}", code=code)
     except (ValueError, RecursionError, MemoryError) as e:

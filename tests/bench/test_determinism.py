@@ -22,9 +22,9 @@ SVG = [json.loads(line) for line in open(CORPUS / "svg_hostile.jsonl")]
 #: workers and `timeout` (5 s of wall clock) with 6 on two cores; then, with CPU time deciding, `ok` on an idle machine and
 #: `timeout` on a busy CI machine (2026-11-30). Work units now charge the sorts: `budget` on every machine.
 CPU_SECOND = "y = [(i * 7919) % 1000003 for i in range(300000)]\nfor k in range(50):\n    z = sorted(y)\nfill('red')"
-#: 25 work units a pass: 380,000 passes are 95% of the 10,000,000-unit budget (about 0.5 s of CPU idle), 400,000 are over it
-NEAR_BUDGET = "x = 0\nfor i in range(380000):\n    x = (x * 7 + i) % 1000003\nfill('red')"
-OVER_BUDGET = NEAR_BUDGET.replace("380000", "400000")
+#: 31 work units a pass: 306,000 passes are 95% of the 10,000,000-unit budget (about 0.45 s of CPU idle), 330,000 are over it
+NEAR_BUDGET = "x = 0\nfor i in range(306000):\n    x = (x * 7 + i) % 1000003\nfill('red')"
+OVER_BUDGET = NEAR_BUDGET.replace("306000", "330000")
 #: a 384 MB string: `ok` in a fresh worker, and it was `memory` after GROW had grown the same worker's heap
 BIG_STRING = "s = 'a' * 1000000\nparts = [s] * 384\nt = ''.join(parts)\nfill('red')"
 GROW = "x = [[i] * 100 for i in range(200000)]\nfill('red')"

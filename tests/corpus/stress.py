@@ -7,7 +7,7 @@ by perf/bench_meter.py (the CPU each uses at the full budget, which must stay fa
 
 from __future__ import annotations
 
-from bench.canvas.medium import CALL_UNITS, V1, call_units
+from bench.canvas.medium import CALL_UNITS, PRIMITIVE_UNITS, V1, call_units
 
 
 def poly_units(pts: list[tuple[float, float]]) -> int:
@@ -101,7 +101,7 @@ def programs(max_ops: int) -> dict[str, str]:
         "dict.update unbound": BIG + "d = {}\nwhile True:\n    dict.update(d, zip([t], [0]))",
         "full triangles (ok)": f"for k in range({int(max_ops * 0.97) // poly_units(TRIANGLE)}):\n    poly({TRIANGLE}, 'red')",
         "bow ties (ok)": f"for k in range({int(max_ops * 0.97) // poly_units(BOWTIE)}):\n    poly({BOWTIE}, 'red')",
-        "circles (ok)": f"for k in range(min(380, {max_ops // 3300})):\n    circle(12, 12, 11, 'red')",
+        "circles (ok)": f"for k in range(min(380, {max_ops // (PRIMITIVE_UNITS['circle'] + 100)})):\n    circle(12, 12, 11, 'red')",
         "filter(list.copy)": "e = [[]] * 1000000\nwhile True:\n    x = list(filter(list.copy, e))",
         "map(str.lower)": "w = ['AbC'] * 1000000\nwhile True:\n    x = list(map(str.lower, w))",
         "filter(d.get)": "d = {i: i for i in range(1000)}\nk = list(range(1000)) * 1000\nwhile True:\n    x = list(filter(d.get, k))",
