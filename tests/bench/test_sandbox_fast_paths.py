@@ -1,0 +1,72 @@
+"""The sandbox's fast paths give what the slow ones gave: shapes built without clipping (a rect or disc strictly
+inside the canvas) are byte for byte what clipping them returns, and instrumented trees get the positions the
+standard library gives; so stored WKB, every PIoU computed from it and every outcome stay the same."""
+
+import itertools
+import random
+
+import shapely
+
+from bench.canvas import geometry as G
+from bench.canvas.raster import MAX_RADIUS
+
+
+def clipped_rect(r, c, h, w, grid):
+    if h < 0:
+        r, h = r + h, -h
+    if w < 0:
+        c, w = c + w, -w
+    return G.clip(shapely.box(c, r, c + w, r + h), grid)
+
+
+def test_inside_rects_are_what_clipping_returns():
+    rng = random.Random(0)
+    inside = 0
+    for _ in range(20000):
+        q = rng.choice([1, 0.5, 0.25, 0.1, 1 / 3])
+        r, c = rng.randint(-4, 30) * q, rng.randint(-4, 30) * q
+        h, w = rng.choice([1, -1]) * rng.randint(1, 30) * q, rng.choice([1, -1]) * rng.randint(1, 30) * q
+        grid = rng.choice([24, 48])
+        fast = G.rect_shape(r, c, h, w, grid)
+        assert shapely.to_wkb(fast) == shapely.to_wkb(clipped_rect(r, c, h, w, grid)), (r, c, h, w, grid)
+        inside += 0 < min(r, r + h) and max(r, r + h) < grid and 0 < min(c, c + w) and max(c, c + w) < grid
+    assert inside > 5000  # the fast path was taken
+
+
+def test_every_inside_disc_is_what_clipping_returns():
+    grid, inside = 24, 0
+    for rad in range(0, min(MAX_RADIUS, grid)):
+        for r, c in itertools.product(range(grid), repeat=2):
+            disc = shapely.Point(c + 0.5, r + 0.5).buffer(rad + 0.5, quad_segs=64)
+            fast = G.disc_shape(r, c, rad, grid)
+            assert shapely.to_wkb(fast) == shapely.to_wkb(G.clip(disc, grid)), (r, c, rad)
+            inside += fast.bounds[0] > 0 and fast.bounds[2] < grid and fast.bounds[1] > 0 and fast.bounds[3] < grid
+    assert inside > 1000
+
+
+def test_instrumented_trees_get_the_positions_the_standard_library_gives():
+    """policy._fix_missing_locations fills in the same positions as ast.fix_missing_locations."""
+    import ast
+    import copy
+    import json
+
+    from bench.sandbox import policy
+    from bench.canvas.extract import extract_code, normalise
+    from pathlib import Path
+
+    corpus = Path(__file__).resolve().parents[1] / "corpus"
+    texts = [json.loads(line)["text"] for line in open(corpus / "benign.jsonl")]
+    checked = 0
+    for text in texts:
+        code = extract_code(text)
+        tree = normalise(ast.parse(code))
+        try:
+            policy.check(tree)
+        except policy.PolicyError:
+            continue
+        metered = policy._Meter().visit(tree)
+        ours = policy._fix_missing_locations(copy.deepcopy(metered))
+        theirs = ast.fix_missing_locations(copy.deepcopy(metered))
+        assert ast.dump(ours, include_attributes=True) == ast.dump(theirs, include_attributes=True)
+        checked += 1
+    assert checked >= 20
