@@ -51,29 +51,23 @@ def process_per_program(texts: list[str], timeout: float = 5.0) -> list[str]:
 
 def pool_run(texts: list[str], workers: int, tree: Path | None = None) -> tuple[list, float]:
     """Results and seconds of one pool run; `tree`: the workers import `bench` from that checkout instead
-    (they are fresh interpreters, `python -m bench.sandbox.worker`, so PYTHONPATH reaches them; the host side,
-    pool and boundary, stays this tree's)."""
-    saved = os.environ.get("PYTHONPATH")
-    if tree is not None:
-        os.environ["PYTHONPATH"] = str(tree.resolve())
-    try:
-        t0 = time.perf_counter()
-        with SandboxPool(workers=workers) as pool:  # workers start inside run(): their start-up is timed
-            results = pool.run(texts)
-        return results, time.perf_counter() - t0
-    finally:
-        if tree is not None:
-            if saved is None:
-                os.environ.pop("PYTHONPATH")
-            else:
-                os.environ["PYTHONPATH"] = saved
+    (`SandboxPool(code_root=...)`: they start there; the host side, pool and boundary, stays this tree's).
+    Before, this set PYTHONPATH, which the working directory `python -m` puts first overrode: both sides of
+    an --against run were this tree."""
+    t0 = time.perf_counter()
+    root = None if tree is None else tree.resolve()
+    with SandboxPool(workers=workers, code_root=root) as pool:  # workers start inside run(): their start-up is timed
+        results = pool.run(texts)
+    return results, time.perf_counter() - t0
 
 
 _CPU_PER_PROGRAM = """
 import sys, time
 sys.path.insert(0, {perf!r})
 from typical_programs import typical_programs
+import bench.sandbox.runtime
 from bench.sandbox.runtime import execute
+assert bench.sandbox.runtime.__file__.startswith({root!r}), bench.sandbox.runtime.__file__
 texts = typical_programs({n}, seed=0)
 for t in texts[:50]:
     execute(t)
@@ -89,11 +83,9 @@ def cpu_per_program(n: int, tree: Path | None) -> float:
     from `tree` (default: this one): steadier under load than a pool's wall-clock rate."""
     import subprocess
 
-    env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree.resolve())
-    code = _CPU_PER_PROGRAM.format(perf=str(Path(__file__).resolve().parent), n=n)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    root = (tree or Path(__file__).resolve().parents[1]).resolve()  # `-c` imports from the working directory
+    code = _CPU_PER_PROGRAM.format(perf=str(Path(__file__).resolve().parent), n=n, root=str(root))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
 

@@ -36,6 +36,8 @@ from bench.sandbox.kernel import Hardening
 from bench.sandbox.runtime import WALL_FACTOR, ExecResult
 
 log = logging.getLogger("ambench.sandbox")
+#: the directory holding the `bench` package this process runs (a checkout, or site-packages)
+_CODE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass
@@ -58,10 +60,15 @@ class SandboxPool:
         limits: Limits | None = None,
         batch_size: int = 32,
         hardening: Hardening | None = None,
+        code_root: str | os.PathLike[str] | None = None,
     ) -> None:
         self.medium = medium
         self.limits = limits or Limits()
         self.hardening = hardening or Hardening()  # tests alone switch layers off (bench.sandbox.kernel)
+        #: where workers import `bench` from: the directory this host imported it from (workers start there,
+        #: since `python -m` puts the working directory first on sys.path); perf/bench_sandbox.py --against
+        #: points it at another checkout
+        self.code_root = str(code_root) if code_root is not None else _CODE_ROOT
         self.n_workers = max(1, workers or os.cpu_count() or 1)
         self.batch_size = max(1, batch_size)
         self._workers: list[_Worker] = []
@@ -92,6 +99,7 @@ class SandboxPool:
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench.sandbox.worker", str(child_sock.fileno())],
             pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, stderr=err_w, env=env, close_fds=True,
+            cwd=self.code_root,
         )
         child_sock.close()
         os.close(err_w)

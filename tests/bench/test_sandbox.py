@@ -114,3 +114,18 @@ def test_a_worker_killed_by_a_signal_gets_a_reason_that_names_it(sig):
 
     outcome, reason = _death(-getattr(signal, sig), b"")
     assert outcome in OUTCOMES and sig in reason, (outcome, reason)
+
+
+def test_workers_import_the_hosts_code_whatever_the_working_directory(tmp_path, monkeypatch):
+    """A worker is `python -m bench.sandbox.worker`, and `-m` puts the working directory first on sys.path:
+    a `bench` package there (another checkout, or a hostile folder) was what every worker ran. Workers now
+    start in the directory the host imported `bench` from."""
+    fake = tmp_path / "bench" / "sandbox"
+    fake.mkdir(parents=True)
+    (tmp_path / "bench" / "__init__.py").write_text("raise ImportError('the bench package of the working directory')\n")
+    (fake / "__init__.py").write_text("")
+    (fake / "worker.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    with SandboxPool(workers=1) as p:
+        r = p.run(["fill('red')\nrect(1, 1, 2, 2, 'blue')"])[0]
+    assert r.outcome == "ok", (r.outcome, r.reason)
