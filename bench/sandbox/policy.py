@@ -410,39 +410,32 @@ def instrument(tree: ast.Module) -> ast.Module:
     return _fix_missing_locations(out)
 
 
+#: the position attributes, their slot in a node's inherited position, and whether None counts as missing
+_POSITIONS = (("lineno", 0, False), ("col_offset", 1, False), ("end_lineno", 2, True), ("end_col_offset", 3, True))
+
+
 def _fix_missing_locations(tree: ast.AST) -> ast.AST:
     """`ast.fix_missing_locations` without recursion or generators (it was a tenth of a typical program's time
     in the sandbox): a node without a position takes its parent's, as there."""
     AST = ast.AST
-    stack = [(tree, 1, 0, 1, 0)]
+    stack = [(tree, (1, 0, 1, 0))]
     while stack:
-        node, line, col, end_line, end_col = stack.pop()
+        node, pos = stack.pop()
         attrs = node._attributes
         if attrs:
-            if "lineno" in attrs:
-                if hasattr(node, "lineno"):
-                    line = node.lineno
-                else:
-                    node.lineno = line
-            if "end_lineno" in attrs:
-                if getattr(node, "end_lineno", None) is None:
-                    node.end_lineno = end_line
-                else:
-                    end_line = node.end_lineno
-            if "col_offset" in attrs:
-                if hasattr(node, "col_offset"):
-                    col = node.col_offset
-                else:
-                    node.col_offset = col
-            if "end_col_offset" in attrs:
-                if getattr(node, "end_col_offset", None) is None:
-                    node.end_col_offset = end_col
-                else:
-                    end_col = node.end_col_offset
+            here = list(pos)
+            for name, slot, none_is_missing in _POSITIONS:
+                if name in attrs:
+                    value = getattr(node, name, None)
+                    if value is None and (none_is_missing or not hasattr(node, name)):
+                        setattr(node, name, here[slot])
+                    else:
+                        here[slot] = value
+            pos = tuple(here)
         for name in node._fields:
             value = getattr(node, name, None)
             if isinstance(value, AST):
-                stack.append((value, line, col, end_line, end_col))
+                stack.append((value, pos))
             elif type(value) is list:
-                stack.extend((v, line, col, end_line, end_col) for v in value if isinstance(v, AST))
+                stack.extend((v, pos) for v in value if isinstance(v, AST))
     return tree

@@ -25,7 +25,7 @@ SVG = [json.loads(line) for line in open(CORPUS / "svg_hostile.jsonl")]
 FIRST = ["poison_surrogate", "poison_nul", "poison_surrogate_pair", "comb_1000_interleaved", "amplification_120x4096",
          "memory_bomb", "infinite_loop", "subclasses"]
 #: heavy texts inside every budget (a loop at 95% of the work units, a grown heap, a 384 MB string): each `ok`
-EXTRA = ["x = 0\nfor i in range(380000):\n    x = (x * 7 + i) % 1000003\nfill('red')",
+EXTRA = ["x = 0\nfor i in range(306000):\n    x = (x * 7 + i) % 1000003\nfill('red')",
          "x = [[i] * 100 for i in range(200000)]\nfill('red')",
          "s = 'a' * 1000000\nparts = [s] * 384\nt = ''.join(parts)\nfill('red')"]
 ARGS = ["--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "3", "--translation-samples", "3",
