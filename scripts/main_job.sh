@@ -66,9 +66,9 @@ summary = {"benign_rendered": ok, "benign_total": len(benign), "hostile_right_ou
 print(f"[3/5] sandbox: benign corpus {ok}/{len(benign)} rendered to {out}/renders; hostile corpus {right}/{len(hostile)} got the expected outcome")
 PY
 }
-translation() {
-$AMB translation refs --set all --out "$OUT/translation_refs.jsonl" >/dev/null
-.venv/bin/python - "$OUT" <<'PY'
+translation() {  # each command ends the step if it fails (a step's subshell runs with errexit off)
+$AMB translation refs --set all --out "$OUT/translation_refs.jsonl" >/dev/null || return $?
+.venv/bin/python - "$OUT" <<'PY' || return $?
 import json, sys
 out = sys.argv[1]
 with open(f"{out}/translation_refs.jsonl") as f, open(f"{out}/translation_oracle_attempts.jsonl", "w") as g:
@@ -78,19 +78,27 @@ with open(f"{out}/translation_refs.jsonl") as f, open(f"{out}/translation_oracle
 PY
 rm -f "$OUT/translation_oracle_scores.jsonl"
 echo "[4/5] translation: scoring the canonical transcriptions of all references through the sandbox"
-$AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$OUT/translation_oracle_attempts.jsonl" --out "$OUT/translation_oracle_scores.jsonl"
-$AMB translation baseline --draws 20 --seed 0 | tee "$OUT/translation_null.txt"
+$AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$OUT/translation_oracle_attempts.jsonl" \
+  --out "$OUT/translation_oracle_scores.jsonl" || return $?
+$AMB translation baseline --draws 20 --seed 0 > "$OUT/translation_null.txt" || return $?
+cat "$OUT/translation_null.txt"
 }
 JOB0=$(date +%s.%N)
 echo "[1/5] the study on the model organisms, then steps 3 and 4, beside step 2: ambench run --preset organisms --out $OUT/organisms (log: $OUT/organisms.log)"
+rm -f "$OUT/organisms.log" "$OUT/sandbox.log" "$OUT/translation.log"  # no log of an earlier run is shown
 (
   OMP_NUM_THREADS=1 step organisms $AMB run --preset organisms --out "$OUT/organisms" --timings "$TIMES" >"$OUT/organisms.log" 2>&1
   step sandbox sandbox >"$OUT/sandbox.log" 2>&1
   step translation translation >"$OUT/translation.log" 2>&1
 ) &
 BESIDE=$!
+kill_tree() {  # a process and every process below it (pkill -P reaches the children only)
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
 stop_beside() {  # a failed or interrupted step stops the steps beside it too (they resume on the next run)
-  if kill -0 "$BESIDE" 2>/dev/null; then pkill -P "$BESIDE" 2>/dev/null || true; kill "$BESIDE" 2>/dev/null || true; fi
+  if kill -0 "$BESIDE" 2>/dev/null; then kill_tree "$BESIDE"; fi
 }
 trap stop_beside EXIT
 echo "[2/5] the study on the embedded model: ambench run --preset quick --out $OUT/study"

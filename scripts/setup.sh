@@ -28,8 +28,9 @@ echo "setup: installing into .venv (log: $LOG)"
 TORCH_VERSION="${AMBENCH_TORCH:-2.13.0}"
 # torch's CPU build as a wheel on this disk (pip's find-links; /opt/wheels on these machines), if any
 TORCH_WHEEL=""
+PYTAG="$(.venv/bin/python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 for d in ${PIP_FIND_LINKS:-} /opt/wheels; do
-  for w in "$d"/torch-"$TORCH_VERSION"+cpu-*.whl; do
+  for w in "$d"/torch-"$TORCH_VERSION"+cpu-"$PYTAG"-*"$(uname -m)".whl; do
     if [ -f "$w" ]; then TORCH_WHEEL="$w"; break 2; fi
   done
 done

@@ -62,7 +62,7 @@ def rect_shape(r: float, c: float, h: float, w: float, grid: int) -> BaseGeometr
         c, w = c + w, -w
     if h == 0 or w == 0:
         return EMPTY
-    if 0 < c and 0 < r and c + w < grid and r + h < grid:
+    if 0 < c < c + w < grid and 0 < r < r + h < grid:  # (a width below float precision at c is no width)
         # strictly inside the canvas: what clipping returns, built directly (GEOS hands back the box from its
         # lower-left corner, clockwise; tests/bench/test_sandbox_fast_paths.py compares the bytes with `clip`)
         return shapely.box(c, r, c + w, r + h, ccw=False)

@@ -167,16 +167,23 @@ def poly_mask(points: list[tuple[float, float]], n: int) -> Mask:
     counts = hit.sum(axis=1)
     if not counts.any():
         return m
-    t = (y - ry) / np.where(nonflat, ry2 - ry, 1.0)
-    xs = np.sort(np.where(hit, cx + t * (cx2 - cx), np.finfo(np.float64).max), axis=1)[:, : int(counts.max())]
+    with np.errstate(all="ignore"):  # edges a row does not hit may overflow; they are never read
+        t = (y - ry) / np.where(nonflat, ry2 - ry, 1.0)
+        x = cx + t * (cx2 - cx)
+    xs = np.sort(np.where(hit, x, np.finfo(np.float64).max), axis=1)[:, : int(counts.max())]
     lo, hi = xs[:, 0:-1:2], xs[:, 1::2]  # the crossings in pairs, left to right
     pair = np.arange(lo.shape[1]) * 2 + 1 < counts[:, None]
     # a span of zero width (collinear or retraced edges, crossings differing by rounding) has no interior;
     # without this, a centre lying on the line was painted while the shape's area is 0
     pair &= np.where(pair, hi - lo, 0.0) >= 1e-9
-    a = np.maximum(np.ceil(np.where(pair, lo, 0.0) - 0.5), 0)
-    b = np.minimum(np.ceil(np.where(pair, hi, 0.0) - 0.5), n)
-    cols = np.arange(n)
-    inside = pair[:, :, None] & (cols >= a[:, :, None]) & (cols < b[:, :, None])
-    m[r_lo:r_hi] = inside.any(axis=1)
+    a = np.maximum(np.ceil(np.where(pair, lo, 0.0) - 0.5), 0).astype(np.int64)
+    b = np.minimum(np.ceil(np.where(pair, hi, 0.0) - 0.5), n).astype(np.int64)
+    pair &= a < b
+    # a row's spans are disjoint and ordered: +1 where one starts, -1 where it ends, a running sum marks the
+    # cells inside (memory rows x n, not rows x spans x n: a 512-cell grid's zigzag needed 630 MB that way)
+    row, k = np.nonzero(pair)
+    diff = np.zeros((r_hi - r_lo, n + 1), dtype=np.int32)
+    np.add.at(diff, (row, a[row, k]), 1)
+    np.add.at(diff, (row, b[row, k]), -1)
+    m[r_lo:r_hi] = np.cumsum(diff[:, :n], axis=1) > 0
     return m

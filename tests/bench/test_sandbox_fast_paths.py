@@ -31,6 +31,10 @@ def test_inside_rects_are_what_clipping_returns():
         assert shapely.to_wkb(fast) == shapely.to_wkb(clipped_rect(r, c, h, w, grid)), (r, c, h, w, grid)
         inside += 0 < min(r, r + h) and max(r, r + h) < grid and 0 < min(c, c + w) and max(c, c + w) < grid
     assert inside > 5000  # the fast path was taken
+    # widths and heights below float precision at the corner: no area, clipped to nothing (a review found the fast
+    # path returning an invalid zero-area polygon for these)
+    for r, c, h, w in ((5, 10, 3, 1e-20), (5, 10, 1e-20, 3), (5, 10, -1e-20, 3), (20.5, 3, 3, 1e-300)):
+        assert shapely.to_wkb(G.rect_shape(r, c, h, w, 24)) == shapely.to_wkb(clipped_rect(r, c, h, w, 24)), (r, c, h, w)
 
 
 def test_every_inside_disc_is_what_clipping_returns():
