@@ -476,17 +476,13 @@ class Runtime:
         # a prompt given several times (its greedy and sampled attempts) is prefilled once and its cache row
         # repeated: prefilling long (few-shot) prompts is most of generation's cost, and the repeated rows are
         # the same computation. Hooks may act per row, so a hooked call prefills every row.
-        first: dict[tuple[int, ...], int] = {}
-        rows = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
-        share = self.share_prefill and not hooks and len(first) < len(prompts)
+        unique, expand = _distinct_rows(prompts)
+        share = self.share_prefill and not hooks and len(unique) < len(prompts)
         try:
             with torch.inference_mode(), self._attached(hooks, path):
                 if share:
-                    unique = sorted(first.values())
                     logits, cache = self._forward(ids[unique], mask[unique], self._new_cache(), path)
-                    expand = torch.tensor([unique.index(r) for r in rows], device=ids.device)
-                    logits = logits[expand]
-                    cache.batch_select_indices(expand)
+                    logits = _repeat_rows(logits, cache, expand)
                 else:
                     logits, cache = self._forward(ids, mask, self._new_cache(), path)
                 return self._decode(logits, cache, mask, sampling, stop, path, on_token)
@@ -515,9 +511,7 @@ class Runtime:
         b = len(suffixes)
         # a suffix given several times (a prompt's greedy and sampled attempts, an arm's continuations) is
         # prefilled once and its rows repeated, as in generate(); hooks may act per row, so not when hooked
-        first: dict[tuple[int, ...], int] = {}
-        rows = [first.setdefault(tuple(x), i) for i, x in enumerate(suffixes)]
-        unique = sorted(first.values())
+        unique, expand = _distinct_rows(suffixes)
         share = self.share_prefill and not hooks and not prefill_hooks and len(unique) < b
         block_rows = [suffixes[u] for u in unique] if share else list(suffixes)
         block, mask, shift = self._suffix_block(prefix, block_rows)
@@ -534,9 +528,7 @@ class Runtime:
                 with self._attached(list(hooks) + patch, path):
                     logits, cache = self._forward(block, mask, cache, path)
                 if share:
-                    expand = torch.tensor([unique.index(r) for r in rows], device=mask.device)
-                    logits, mask = logits[expand], mask[expand]
-                    cache.batch_select_indices(expand)
+                    logits, mask = _repeat_rows(logits, cache, expand), mask[expand]
                 with self._attached(hooks, path):
                     return self._decode(logits, cache, mask, sampling, stop, path, on_token)
         except Exception as e:  # noqa: BLE001
@@ -868,6 +860,28 @@ def _prefix_groups(prompts: Sequence[Sequence[int]], positions: Sequence[Sequenc
         return whole, [(common, rows)]
 
     return (best(0, len(order))[1] if order else []) + ([(0, alone)] if alone else [])
+
+
+def _distinct_rows(rows: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """The first index of each distinct row, in order, and for every row the position of its first copy among
+    them: `rows[i] == rows[unique[expand[i]]]` (a prompt or suffix given several times is computed once)."""
+    first: dict[tuple[int, ...], int] = {}
+    expand = [first.setdefault(tuple(r), len(first)) for r in rows]
+    unique: list[int] = []
+    for i, k in enumerate(expand):
+        if k == len(unique):  # a row's first copy: the copies are numbered in the order they first appear
+            unique.append(i)
+    return unique, expand
+
+
+def _repeat_rows(logits: Float[torch.Tensor, "distinct vocab"], cache: Cache, expand: list[int]
+                 ) -> Float[torch.Tensor, "batch vocab"]:
+    """Logits and cache rows of the distinct rows repeated back to every row (`_distinct_rows`)."""
+    import torch
+
+    index = torch.tensor(expand, device=logits.device)
+    cache.batch_select_indices(index)
+    return logits[index]
 
 
 def _growing_cache() -> Cache:

@@ -48,6 +48,13 @@ def looks_like_code(line: str) -> bool:
 
 def extract_code(text: str) -> str | None:
     """The program in a model's answer, or None when there is nothing code-like in it."""
+    found = extract_program(text)
+    return None if found is None else found[0]
+
+
+def extract_program(text: str) -> tuple[str, ast.Module | None] | None:
+    """`extract_code`'s program and the tree finding its end parsed (None when that parse failed), so that
+    the sandbox does not parse the same text twice (4% of a typical program's time)."""
     if not text or not text.strip():
         return None
     blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
@@ -70,29 +77,14 @@ def extract_code(text: str) -> str | None:
     return _trim_trailing_junk(code) if code.strip() else None
 
 
-#: the text `_trim_trailing_junk` parsed last and its tree, handed once to `parse` (the sandbox parses the
-#: code extract_code returns: the same text need not be parsed twice, 4% of a typical program's time)
-_last_parsed: tuple[str, ast.Module] | None = None
-
-
-def parse(code: str) -> ast.Module:
-    """`ast.parse(code)`, reusing the tree extract_code built while trimming this very text (once)."""
-    global _last_parsed
-    kept, _last_parsed = _last_parsed, None
-    if kept is not None and kept[0] == code:
-        return kept[1]
-    return ast.parse(code)
-
-
-def _trim_trailing_junk(code: str) -> str:
-    """Drop prose after the last statement; a syntax error among code lines is left for the parser."""
-    global _last_parsed
+def _trim_trailing_junk(code: str) -> tuple[str, ast.Module | None]:
+    """Drop prose after the last statement; a syntax error among code lines is left for the parser. The
+    tree is that of exactly the returned text, or None."""
     lines = code.split("\n")
+    tree = None
     for _ in range(MAX_TRIMS):
         try:
-            text = "\n".join(lines)
-            tree = ast.parse(text)
-            _last_parsed = (text, tree)
+            tree = ast.parse("\n".join(lines))
             break
         except SyntaxError as e:
             bad = min(max((e.lineno or len(lines)) - 1, 0), len(lines) - 1)
@@ -101,7 +93,9 @@ def _trim_trailing_junk(code: str) -> str:
             lines = lines[:bad]
         except (ValueError, RecursionError, MemoryError):
             break
-    return "\n".join(lines).rstrip()
+    text = "\n".join(lines)
+    kept = text.rstrip()
+    return kept, tree if kept == text else None
 
 
 def _is_main_guard(node: ast.stmt) -> bool:

@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 import shapely
 
-from bench.canvas.extract import extract_code, normalise
-from bench.canvas.extract import parse as extract_parse
+from bench.canvas.extract import extract_program, normalise
 from bench.canvas.medium import V1, BudgetExceeded, Call, Limits, Medium, shape_of
 from bench.canvas.palette import RGB
 from bench.sandbox import meter as meters
@@ -165,11 +164,13 @@ def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
     """Extract, parse, normalise, check and compile; an ExecResult when the program cannot run."""
     if len(text.encode("utf-8", "surrogatepass")) > limits.max_source_bytes:
         return ExecResult("budget", f"model text over {limits.max_source_bytes} bytes")
-    code = extract_code(text)
-    if code is None:
+    found = extract_program(text)
+    if found is None:
         return ExecResult("no_code", "no code found in the text")
+    code, tree = found
     try:
-        tree = extract_parse(code)
+        if tree is None:
+            tree = ast.parse(code)
     except SyntaxError as e:
         return ExecResult("syntax", f"line {e.lineno}: {e.msg}", code=code)
     except (ValueError, RecursionError, MemoryError) as e:
