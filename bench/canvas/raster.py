@@ -150,18 +150,63 @@ def disc_mask(r: float, c: float, radius: float, n: int) -> Mask:
 def poly_mask(points: list[tuple[float, float]], n: int) -> Mask:
     """Scanline fill on cell centres, even-odd rule, half-open edges; vertices are (row, col) corners."""
     m = np.zeros((n, n), dtype=bool)
-    if len(points) < 3:
+    k = len(points)
+    if k < 3:
         return m
-    pts = np.array([(clamp(p[0]), clamp(p[1])) for p in points], dtype=np.float64)
+    pts = [(clamp(p[0]), clamp(p[1])) for p in points]
+    # the edges that are not flat, and the rows the polygon spans
+    edges = []
+    y_lo = y_hi = pts[0][0]
+    for i in range(k):
+        y0, x0 = pts[i]
+        y1, x1 = pts[i + 1 - k]
+        if y0 < y_lo:
+            y_lo = y0
+        elif y0 > y_hi:
+            y_hi = y0
+        if y0 != y1:
+            edges.append((min(y0, y1), max(y0, y1), y0, x0, y1 - y0, x1 - x0))
+    r_lo, r_hi = _centre_range(y_lo, y_hi, n)
+    if r_lo >= r_hi or not edges:
+        return m
+    if len(edges) * (r_hi - r_lo) > SMALL_POLYGON:
+        return _poly_mask_rows(pts, n, r_lo, r_hi, m)
+    # a small polygon (the typical one: a few vertices over a few rows) one row at a time in plain Python: numpy's
+    # fixed cost per operation made this 3-4x slower (tests/bench/test_sandbox_fast_paths.py: the same masks as
+    # _poly_mask_rows on 30,000 polygons); the arithmetic per crossing is the same as there
+    ceil = math.ceil
+    for i in range(r_lo, r_hi):
+        y = i + 0.5
+        xs = [x0 + (y - y0) / dy * dx for lo, hi, y0, x0, dy, dx in edges if lo <= y < hi]
+        if len(xs) < 2:
+            continue
+        xs.sort()
+        row = m[i]
+        for j in range(0, len(xs) - 1, 2):
+            lo, hi = xs[j], xs[j + 1]
+            # a span of zero width (collinear or retraced edges, crossings differing by rounding) has no
+            # interior; without this, a centre lying on the line was painted while the shape's area is 0
+            if hi - lo < 1e-9:
+                continue
+            a, b = max(ceil(lo - 0.5), 0), min(ceil(hi - 0.5), n)
+            if a < b:
+                row[a:b] = True
+    return m
+
+
+#: rows x edges above which poly_mask fills every scanline at once with numpy (below it, plain Python is faster)
+SMALL_POLYGON = 384
+
+
+def _poly_mask_rows(points: list[tuple[float, float]], n: int, r_lo: int, r_hi: int, m: Mask) -> Mask:
+    """poly_mask's rows r_lo..r_hi of clamped `points`, every scanline at once (rows x edges arrays)."""
+    pts = np.array(points, dtype=np.float64)
     ry, cx = pts[:, 0], pts[:, 1]
     ry2, cx2 = np.roll(ry, -1), np.roll(cx, -1)
     ymin, ymax = np.minimum(ry, ry2), np.maximum(ry, ry2)
     nonflat = ry != ry2
-    r_lo, r_hi = _centre_range(float(ymin.min()), float(ymax.max()), n)
-    if r_lo >= r_hi:
-        return m
-    # every scanline at once (rows x edges), the same arithmetic per element as one row at a time: a Python
-    # loop over rows made this a quarter of a typical program's time in the sandbox
+    # every scanline at once (rows x edges), the same arithmetic per element as one row at a time: for a large
+    # polygon a Python loop over rows and edges is the slower
     y = np.arange(r_lo, r_hi, dtype=np.float64)[:, None] + 0.5
     hit = nonflat & (ymin <= y) & (y < ymax)
     counts = hit.sum(axis=1)

@@ -79,6 +79,64 @@ def test_disc_rings_are_the_buffers_coordinates_bit_for_bit():
     assert unsnapped_differs > len(cases) // 2  # a broken variant fails the check
 
 
+def _polygons(rng, count):
+    """Random polygons of every kind the scanline meets: integer corners, fractions, collinear and retraced
+    edges, flat edges, corners off the canvas and far past the coordinate limit."""
+    out = []
+    for _ in range(count):
+        k = rng.choice([3, 3, 4, 5, 6, 8, 12, 20, 40])
+        kind = rng.random()
+        if kind < 0.4:
+            pts = [(rng.randint(0, 23), rng.randint(0, 23)) for _ in range(k)]
+        elif kind < 0.6:
+            pts = [(rng.uniform(-3, 27), rng.uniform(-3, 27)) for _ in range(k)]
+        elif kind < 0.7:
+            pts = [(rng.choice([0.5, 1.5, 2.25, 10]) * rng.randint(0, 20), rng.randint(0, 5) / 3) for _ in range(k)]
+        elif kind < 0.8:  # collinear and retraced
+            a, b = (rng.randint(0, 23), rng.randint(0, 23)), (rng.randint(0, 23), rng.randint(0, 23))
+            pts = [a, b, a, b][: max(3, k % 5)]
+        elif kind < 0.9:
+            pts = [(rng.choice([-1e300, 1e300, -5e6, 5e6, 12.5]), rng.choice([-1e300, 1e300, 0, 23.999])) for _ in range(k)]
+        else:
+            pts = [(rng.randint(-30, 60) + 0.5, rng.randint(-30, 60) - 1e-12) for _ in range(k)]
+        out.append((pts, rng.choice([24, 24, 48, 7])))
+    return out
+
+
+def test_small_polygons_fill_what_the_vectorised_scanline_fills():
+    """poly_mask's plain-Python path for small polygons paints the same cells as the all-rows numpy path (which
+    was checked against the earlier per-row loop on 60,000 polygons); a variant that drops the zero-width span
+    rule fails the check."""
+    from bench.canvas import raster as R
+
+    def vectorised(pts, n):
+        m = np.zeros((n, n), dtype=bool)
+        if len(pts) < 3:
+            return m
+        clamped = [(R.clamp(p[0]), R.clamp(p[1])) for p in pts]
+        rows = [p[0] for p in clamped]
+        r_lo, r_hi = R._centre_range(min(rows), max(rows), n)
+        return m if r_lo >= r_hi else R._poly_mask_rows(clamped, n, r_lo, r_hi, m)
+
+    small = painted = 0
+    for pts, n in _polygons(random.Random(3), 30000):
+        mine = R.poly_mask(pts, n)
+        assert np.array_equal(mine, vectorised(pts, n)), (pts, n)
+        small += len(pts) * n <= R.SMALL_POLYGON
+        painted += bool(mine.any())
+    assert small > 10000 and painted > 10000  # the small path was taken, and painted something
+
+    # the check can fail: without the zero-width rule, a retraced edge paints the cells along it
+    import inspect
+
+    src = inspect.getsource(R.poly_mask).replace("if hi - lo < 1e-9:", "if hi - lo < -1.0:")
+    ns = dict(vars(R))
+    exec(compile(src, "<broken>", "exec"), ns)
+    assert any(not np.array_equal(ns["poly_mask"](p, 24), vectorised(p, 24))
+               for p in ([(2, 2), (10, 10), (2, 2.000000000001)], [(0, 0), (20, 20), (0, 0), (20, 20)],
+                         [(1, 1), (5, 9), (1, 1.0000000001)]))
+
+
 def test_instrumented_trees_get_the_positions_the_standard_library_gives():
     """policy._fix_missing_locations fills in the same positions as ast.fix_missing_locations."""
     import ast
