@@ -24,7 +24,7 @@ import shapely
 from shapely.geometry import Polygon
 from shapely.geometry.base import BaseGeometry
 
-from bench.canvas.raster import cell_index, clamp
+from bench.canvas.raster import COORD_LIMIT, cell_index, clamp
 
 EMPTY = Polygon()
 
@@ -90,7 +90,7 @@ def _disc_offsets(radius: float) -> np.ndarray:
     (OffsetSegmentGenerator::createCircle: clockwise from angle 0, vertex i at x + radius * cos(-i * 2 pi / 256)
     and y + radius * sin(...)): adding a centre gives the buffer's coordinates bit for bit, without its
     noding and polygon building (a buffer took about 80 us of a disc's 110; tests/bench/test_sandbox_fast_paths.py
-    compares the bytes with the buffer on every disc of grids 24 and 48)."""
+    compares the bytes on every disc of grid 24 and on 3,000 elsewhere, and the coordinates on 11,500 rings)."""
     inc = 2.0 * math.pi / DISC_SEGMENTS
     out = np.empty((DISC_SEGMENTS, 2))
     for i in range(DISC_SEGMENTS):
@@ -138,28 +138,64 @@ def line_shape(r0: float, c0: float, r1: float, c1: float, grid: int) -> BaseGeo
 _GRID = 1e-9
 
 
+def _coordinate(v: float) -> float:
+    # round(clamp(v), 9) + 0.0 (no -0.0): a float with no fraction inside the limit is already that, at a fifth
+    # of round's cost
+    if type(v) is float and -COORD_LIMIT <= v <= COORD_LIMIT and v.is_integer():
+        return v + 0.0
+    return round(clamp(v), 9) + 0.0
+
+
 def _ring(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    return [(round(clamp(c), 9) + 0.0, round(clamp(r), 9) + 0.0) for r, c in points]
+    return [(_coordinate(c), _coordinate(r)) for r, c in points]
+
+
+#: rings of at most this many vertices are remembered by `_ring_polygon` (a polygon's charge and its shape
+#: both need its ring and validity)
+_REMEMBERED_VERTICES = 64
+
+
+@functools.lru_cache(maxsize=256)
+def _remembered_ring(points: tuple[tuple[float, float], ...]) -> tuple[tuple[tuple[float, float], ...], BaseGeometry, bool]:
+    xy = tuple(_ring(points))
+    poly = shapely.polygons(xy)
+    return xy, poly, bool(poly.is_valid)
+
+
+def _ring_polygon(points: list[tuple[float, float]]) -> tuple[tuple[tuple[float, float], ...], BaseGeometry, bool]:
+    """The (x, y) ring of `points`, its polygon and whether that is valid: computed once per distinct small ring
+    (the canvas charges a polygon by its validity when it is drawn, then computes its shape; geometries are
+    immutable, so the polygon can be shared)."""
+    if len(points) <= _REMEMBERED_VERTICES:
+        try:
+            return _remembered_ring(tuple(map(tuple, points)))
+        except TypeError:  # an unhashable coordinate: computed below
+            pass
+    xy = tuple(_ring(points))
+    poly = shapely.polygons(xy)
+    return xy, poly, bool(poly.is_valid)
 
 
 def needs_even_odd(points: list[tuple[float, float]]) -> bool:
     """Whether `poly_shape` takes its even-odd path for these (row, col) points (a ring that is not a
     valid simple polygon): the path whose cost grows with the cube of the vertices."""
-    return len(points) >= 3 and not Polygon(_ring(points)).is_valid
+    return len(points) >= 3 and not _ring_polygon(points)[2]
 
 
 def poly_shape(points: list[tuple[float, float]], grid: int) -> BaseGeometry:
     if len(points) < 3:
         return EMPTY
-    xy = _ring(points)
-    poly = Polygon(xy)
-    if poly.is_valid:
+    xy, poly, valid = _ring_polygon(points)
+    if valid:
         return clip(poly, grid) if poly.area > 0 else EMPTY
     # even-odd reading of a self-intersecting ring: XOR of the fan triangles from the first vertex, in a
     # balanced tree (pairs, then pairs of pairs: each overlay stays small; a running XOR made the
     # accumulated shape ever larger, 15 times slower on a 256-vertex zigzag)
-    tris = [Polygon([xy[0], xy[i], xy[i + 1]]) for i in range(1, len(xy) - 1)]
-    tris = [t for t in tris if t.area > 0]
+    ring = np.array(xy, dtype=np.float64)
+    fan = np.empty((len(xy) - 2, 3, 2))
+    fan[:, 0], fan[:, 1], fan[:, 2] = ring[0], ring[1:-1], ring[2:]
+    tris = shapely.polygons(fan)  # all at once: the same coordinates as one Polygon each
+    tris = list(tris[shapely.area(tris) > 0])
     if not tris:
         return EMPTY
     while len(tris) > 1:
@@ -169,9 +205,33 @@ def poly_shape(points: list[tuple[float, float]], grid: int) -> BaseGeometry:
     return _polygonal(shapely.intersection(tris[0], canvas_box(grid), grid_size=_GRID))
 
 
+#: rings of at most this many vertices have their crossings counted in plain Python (numpy's fixed cost per
+#: operation made a 6-vertex ring's count 3x slower); larger ones with numpy, the same arithmetic
+_SMALL_RING = 12
+
+
 def crossings(points: list[tuple[float, float]]) -> int:
-    """Proper crossings between non-adjacent edges of the closed ring through `points` (O(n^2), numpy)."""
-    p = np.asarray(_ring(points), dtype=np.float64)
+    """Proper crossings between non-adjacent edges of the closed ring through `points` (O(n^2)): pairs of edges
+    i < j - 1 (first and last included) whose end points lie strictly on both sides of each other's line."""
+    xy = _ring_polygon(points)[0]
+    n = len(xy)
+    if n <= _SMALL_RING:
+        # side[i][k]: the sign of point k's orientation against edge i (from point i to point i + 1)
+        side = []
+        for i in range(n):
+            (ux, uy), (vx, vy) = xy[i], xy[i + 1 - n]
+            dx, dy = vx - ux, vy - uy
+            side.append([(dx * (wy - uy) - dy * (wx - ux)) for wx, wy in xy])
+        count = 0
+        for i in range(n):
+            si, i1 = side[i], i + 1 - n
+            for j in range(i + 2, n):
+                sj, j1 = side[j], j + 1 - n
+                a, b, c, d = si[j], si[j1], sj[i], sj[i1]
+                if ((a < 0 < b) or (b < 0 < a)) and ((c < 0 < d) or (d < 0 < c)):
+                    count += 1
+        return count
+    p = np.asarray(xy, dtype=np.float64)
     q = np.roll(p, -1, axis=0)
 
     def orient(u: np.ndarray, v: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -173,7 +173,7 @@ def poly_mask(points: list[tuple[float, float]], n: int) -> Mask:
         return _poly_mask_rows(pts, n, r_lo, r_hi, m)
     # a small polygon (the typical one: a few vertices over a few rows) one row at a time in plain Python: numpy's
     # fixed cost per operation made this 3-4x slower (tests/bench/test_sandbox_fast_paths.py: the same masks as
-    # _poly_mask_rows on 30,000 polygons); the arithmetic per crossing is the same as there
+    # _poly_mask_rows on 15,000 polygons); the arithmetic per crossing is the same as there
     ceil = math.ceil
     for i in range(r_lo, r_hi):
         y = i + 0.5
