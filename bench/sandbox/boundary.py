@@ -160,17 +160,37 @@ def _decode(data: bytes) -> Any:
     if not isinstance(calls_h, list):
         raise MalformedResult("calls is not a list")
     n_params = _int(h["np"], 0, 1 << 28)
-    if sum(_int(c[3], 0, 1 << 28) for c in calls_h) != n_params:
-        raise MalformedResult("parameter count mismatch")
     params = np.frombuffer(take(8 * n_params), dtype=np.float64) if n_params else np.zeros(0)
     if n_params and not np.isfinite(params).all():
         raise MalformedResult("non-finite parameter")
-    calls, k = [], 0
+    # every field checked as _int and _rgb check it, inline: a result carries tens of calls, and a function call
+    # per field made decoding most of the host's share of a typical program
+    values = params.tolist()
+    calls, k, kinds = [], 0, {}
     for kind, color, order, count in calls_h:
-        vals = tuple(float(x) for x in params[k: k + count])
+        if type(count) is not int or not 0 <= count <= n_params - k:
+            raise MalformedResult("parameter count mismatch")
+        if type(color) is not list or len(color) != 3:
+            raise MalformedResult("bad colour")
+        r, g, b = color
+        if not (type(r) is int and type(g) is int and type(b) is int and 0 <= r <= 255 and 0 <= g <= 255 and 0 <= b <= 255):
+            raise MalformedResult("bad colour")
+        if type(order) is not int or not 0 <= order <= 1 << 31:
+            raise MalformedResult(f"integer out of range: {order!r}")
+        if type(kind) is str:
+            name = kinds.get(kind)
+            if name is None:
+                name = kinds[kind] = clean_text(kind, 40)
+        else:
+            name = clean_text(kind, 40)
+        calls.append(Call(name, tuple(values[k: k + count]), (r, g, b), order))
         k += count
-        calls.append(Call(clean_text(kind, 40), vals, _rgb(color), _int(order, 0, 1 << 31)))
-    wkb = [take(_int(n, 0, 1 << 31)) for n in h["wkb"]]
+    if k != n_params:
+        raise MalformedResult("parameter count mismatch")
+    sizes = h["wkb"]
+    if type(sizes) is not list or not all(type(n) is int and 0 <= n <= 1 << 31 for n in sizes):
+        raise MalformedResult("bad shape sizes")
+    wkb = [take(n) for n in sizes]
     png = None if h["png"] is None else take(_int(h["png"], 0, 1 << 31))
     if pos != len(data):
         raise MalformedResult("trailing bytes")

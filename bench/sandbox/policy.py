@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from typing import Any
 
 from bench.sandbox.meter import MAX_INT_BITS
 
@@ -207,18 +208,129 @@ def _branch_weights(node: ast.If) -> tuple[int, int]:
     return cached
 
 
+_MISSING = object()
+_POSITION_NAMES = ("lineno", "col_offset", "end_lineno", "end_col_offset")
+#: nodes without positions or children that matter to `_place`
+_PLAIN = (ast.expr_context, ast.operator, ast.cmpop, ast.boolop, ast.unaryop)
+
+
+def _position(node: ast.AST) -> tuple[Any, ...] | None:
+    """A node's (lineno, col_offset, end_lineno, end_col_offset), or None when it has none (or no end)."""
+    if not node._attributes:
+        return None
+    end = getattr(node, "end_col_offset", None)
+    if end is None or getattr(node, "end_lineno", None) is None:
+        return None
+    return node.lineno, node.col_offset, node.end_lineno, end
+
+
 def _call(name: str, *args: ast.expr) -> ast.Call:
     return ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=list(args), keywords=[])
 
 
+#: nodes with nothing below them to charge: the meter does not visit them
+_LEAVES = (ast.expr_context, ast.operator, ast.cmpop, ast.boolop, ast.unaryop, ast.Constant, ast.Name)
+#: the position of a node without one and without a parent that has one (ast.fix_missing_locations's start)
+_START = (1, 0, 1, 0)
+
+
 class _Meter(ast.NodeTransformer):
-    """Insert the work-unit charges (see module docstring and bench.sandbox.meter)."""
+    """Insert the work-unit charges (see module docstring and bench.sandbox.meter).
+
+    The nodes a visit makes get their positions as it returns (`_place`), as `ast.fix_missing_locations`
+    would give them: a walk of the whole tree afterwards took a sixth of preparing a typical program."""
+
+    #: (meter class, node class) -> its visit_ method, or None for generic_visit (NodeVisitor.visit builds the
+    #: method's name and looks it up on every node)
+    _methods: dict[tuple[type, type], Any] = {}
+
+    def __init__(self) -> None:
+        self._deferred: list[tuple[Any, tuple[Any, ...]]] | None = None  #: placements held back (an AugAssign's target)
+        self._after: list[tuple[Any, tuple[Any, ...]]] = []  #: those to make once its statements are placed
+
+    def visit(self, node: ast.AST) -> Any:
+        key = (type(self), type(node))
+        method = self._methods.get(key, _MISSING)
+        if method is _MISSING:
+            method = self._methods[key] = getattr(type(self), "visit_" + type(node).__name__, None)
+        if method is None:
+            return self.generic_visit(node)
+        out = method(self, node)
+        pos = _position(node) or _START
+        if self._deferred is not None:
+            self._deferred.extend((new, pos) for new in (out if type(out) is list else (out,)))
+            return out
+        for new in out if type(out) is list else (out,):
+            self._place(new, pos)
+        if self._after:
+            after, self._after = self._after, []
+            for new, at in after:
+                self._place(new, at)
+        return out
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        """NodeTransformer.generic_visit without visiting leaves, and without its generators."""
+        AST = ast.AST
+        for name in node._fields:
+            old = getattr(node, name, None)
+            if type(old) is list:
+                if not old:
+                    continue
+                new: list[Any] = []
+                for value in old:
+                    if isinstance(value, AST) and not isinstance(value, _LEAVES):
+                        value = self.visit(value)
+                        if value is None:
+                            continue
+                        if not isinstance(value, AST):
+                            new.extend(value)
+                            continue
+                    new.append(value)
+                old[:] = new
+            elif isinstance(old, AST) and not isinstance(old, _LEAVES):
+                value = self.visit(old)
+                if value is None:
+                    delattr(node, name)
+                else:
+                    setattr(node, name, value)
+        return node
+
+    def _place(self, root: ast.AST | None, pos: tuple[Any, ...]) -> None:
+        """Give every node the meter made under `root` (those without a position) the position of its nearest
+        ancestor that has one, `pos` being `root`'s parent's: what ast.fix_missing_locations gives them. The walk
+        stops at nodes below `root` that have a position: the program's own, whose subtrees were placed when they
+        were visited, and the meter's copy_location'd nodes, which are only ever a visit's result."""
+        if root is None:
+            return
+        stack = [(root, pos)]
+        first = True
+        while stack:
+            node, pos = stack.pop()
+            if node._attributes:
+                if not first and getattr(node, "lineno", None) is not None:
+                    continue
+                here = list(pos)
+                for slot, name in enumerate(_POSITION_NAMES):
+                    value = getattr(node, name, None)
+                    if value is None:
+                        setattr(node, name, here[slot])
+                    else:
+                        here[slot] = value
+                pos = tuple(here)
+            first = False
+            for name in node._fields:
+                value = getattr(node, name, None)
+                if type(value) is list:
+                    stack.extend((v, pos) for v in value if isinstance(v, ast.AST) and not isinstance(v, _PLAIN))
+                elif isinstance(value, ast.AST) and not isinstance(value, _PLAIN):
+                    stack.append((value, pos))
 
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
         return node  # nothing inside to charge (NodeVisitor's own visit_Constant looks for obsolete handlers)
 
     def _tick(self, node: ast.AST, units: int) -> ast.stmt:
-        return ast.copy_location(ast.Expr(value=_call(TICK, ast.Constant(units + PASS_COST))), node)
+        # no position of its own: `_place` gives it `node`'s, its parent's (what copy_location gave it before)
+        return ast.Expr(value=_call(TICK, ast.Constant(units + PASS_COST)))
 
     def visit_For(self, node: ast.For) -> ast.AST:
         units = _weight(node.body) + _weight([node.target])
@@ -277,7 +389,13 @@ class _Meter(ast.NodeTransformer):
         return ast.copy_location(call, node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST | list[ast.stmt]:
-        self.generic_visit(node)
+        # the target's parts move into the statements built below: what its visit made is placed after those
+        # statements, so a node that moved takes its new parent's position (as fix_missing_locations gives it)
+        self._deferred = []
+        node.target = self.visit(node.target)
+        deferred, self._deferred = self._deferred, None
+        node.value = self.visit(node.value)
+        self._after = deferred
         op = ast.Constant(type(node.op).__name__)
         t = node.target
         if isinstance(t, ast.Subscript):
@@ -346,6 +464,7 @@ class _Meter(ast.NodeTransformer):
         for e in node.elts:
             if isinstance(e, ast.Starred):  # {*x}: every element of x is hashed, not only copied
                 e.value = _call(HASHED, e.value.args[0])  # type: ignore[attr-defined]  # was COPIED(x)
+                self._place(e.value, _position(e) or _START)  # under `e` (placed already), so `e`'s position
         node.elts = [e if isinstance(e, (ast.Constant, ast.Starred)) else _call(KEY, e) for e in node.elts]
         return node
 
@@ -406,36 +525,4 @@ def _as_load(target: ast.AST) -> ast.expr:
 
 def instrument(tree: ast.Module) -> ast.Module:
     """Return the metered version of an already checked tree."""
-    out = _Meter().visit(tree)
-    return _fix_missing_locations(out)
-
-
-#: the position attributes, their slot in a node's inherited position, and whether None counts as missing
-_POSITIONS = (("lineno", 0, False), ("col_offset", 1, False), ("end_lineno", 2, True), ("end_col_offset", 3, True))
-
-
-def _fix_missing_locations(tree: ast.AST) -> ast.AST:
-    """`ast.fix_missing_locations` without recursion or generators (it was a tenth of a typical program's time
-    in the sandbox): a node without a position takes its parent's, as there."""
-    AST = ast.AST
-    stack = [(tree, (1, 0, 1, 0))]
-    while stack:
-        node, pos = stack.pop()
-        attrs = node._attributes
-        if attrs:
-            here = list(pos)
-            for name, slot, none_is_missing in _POSITIONS:
-                if name in attrs:
-                    value = getattr(node, name, None)
-                    if value is None and (none_is_missing or not hasattr(node, name)):
-                        setattr(node, name, here[slot])
-                    else:
-                        here[slot] = value
-            pos = tuple(here)
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, AST):
-                stack.append((value, pos))
-            elif type(value) is list:
-                stack.extend((v, pos) for v in value if isinstance(v, AST))
-    return tree
+    return _Meter().visit(tree)

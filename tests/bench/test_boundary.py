@@ -121,3 +121,51 @@ def test_scores_in_the_worker_equal_scores_in_process():
         results = pool.run_jobs(jobs)
     for job, res in zip(jobs, results):
         assert res.score == score_result(execute(job.text), reference_geometry(job.reference))
+
+
+def test_decoding_checks_every_call_field():
+    """The host's decoder (fields checked inline) gives back exactly what typical programs' workers encoded, and a
+    header with any one call field out of its range, of the wrong type or with counts that do not add up is
+    `crash`, never a result."""
+    import json as _json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "perf"))
+    from typical_programs import typical_programs
+
+    results = [execute(t) for t in typical_programs(150, seed=4)]
+    for r in results:
+        back = boundary.decode(boundary.encode(r))
+        assert (back.outcome, back.calls, back.shapes_wkb, back.background, back.ops, back.code) == \
+            (r.outcome, r.calls, r.shapes_wkb, r.background, r.ops, r.code)
+        assert all(type(x) is float for c in back.calls for x in c.params)
+
+    r = next(r for r in results if len(r.calls) > 3 and r.shapes_wkb)
+    data = boundary.encode(r)
+    (hlen,) = struct.unpack(">I", data[:4])
+    header, blobs = _json.loads(data[4: 4 + hlen]), data[4 + hlen:]
+
+    def with_header(h):
+        head = _json.dumps(h).encode("ascii")
+        return struct.pack(">I", len(head)) + head + blobs
+
+    assert boundary.decode(with_header(header)).calls == r.calls  # re-framing alone changes nothing
+    bad = []
+    for field, values in ((1, [[256, 0, 0], [-1, 0, 0], [True, 0, 0], [1.0, 2, 3], [1, 2], "red", None]),
+                          (2, [-1, 2 ** 31 + 1, True, 1.5, "3", None]),
+                          (3, [-1, True, 1.5, None, header["calls"][1][3] + 1, header["calls"][1][3] - 1])):
+        for v in values:
+            h = _json.loads(_json.dumps(header))
+            h["calls"][1][field] = v
+            bad.append(h)
+    for v in ([-1], [True], [1.5], "x", [2 ** 40]):
+        h = _json.loads(_json.dumps(header))
+        h["wkb"] = v if not isinstance(v, list) else v + h["wkb"][1:]
+        bad.append(h)
+    h = _json.loads(_json.dumps(header))
+    h["calls"][0] = h["calls"][0][:3]
+    bad.append(h)
+    for h in bad:
+        out = boundary.decode(with_header(h))
+        assert out.outcome == "crash" and "malformed" in out.reason, h

@@ -195,29 +195,98 @@ def test_polygon_shapes_and_crossings_are_what_they_were():
     assert any(shapely.to_wkb(ns["poly_shape"](p, n)) != shapely.to_wkb(_old_poly_shape(p, n)) for p, n in polygons[:500])
 
 
+#: programs that make the meter build nodes at every site it has: augmented assignments to names, items, slices
+#: and attributes, sets with starred items, lambdas, comprehensions of every kind, f-strings with specs, dict
+#: unpacking, keyword unpacking, compare chains, nested operators, loops, branches and functions
+_EVERY_SITE = """
+import math
+a = [1, 2, 3]; d = {'k': 1}; s = {*a, 4}; t = (1, 2)
+a[0] += 1; a[0:2] += [5]; d['k'] *= 2; x = 1; x -= 1 + 2 * 3 - a[1] // 2
+class_like = lambda v, w=2: v * w + (v if v > 1 else w)
+e = [i * j for i in range(3) if i > 0 for j in range(i)]; f = {i: i + 1 for i in a}; g = {i % 2 for i in a}
+h = list(i for i in a if i); b = {**d, 'z': 3}; print(*a, **d) if False else None
+r = 1 < x < 3 and a[1:] == a[:-1] or a[::2] != t
+name = f"{x:>10} {math.pi:.3f} {a!r} {x}"
+for i in range(4):
+    if i % 2 == 0 and i > 1 and i < 3 and i != 7 and i != 8 and i != 9:
+        x += i
+    else:
+        x -= 1
+while x > 100:
+    x //= 2
+def draw(p, q=3, *rest, k=1, **more):
+    y = p + q
+    y += k
+    return [y, *rest]
+rect(*draw(1)[:1], 2, 3, 4, 'red')
+"""
+
+
 def test_instrumented_trees_get_the_positions_the_standard_library_gives():
-    """policy._fix_missing_locations fills in the same positions as ast.fix_missing_locations."""
+    """The meter places the nodes it makes as it goes; the tree it gives has the positions that
+    ast.fix_missing_locations gives a tree metered without placing (on the benign and hostile corpora, typical
+    programs and a program with every site the meter rewrites); a meter that does not place the Set's starred
+    item, or stops at the visit's result, fails the check."""
     import ast
     import copy
     import json
+    import sys
+    from pathlib import Path
 
     from bench.sandbox import policy
     from bench.canvas.extract import extract_code, normalise
-    from pathlib import Path
+
+    class Unplaced(policy._Meter):
+        def _place(self, root, pos):
+            return None
 
     corpus = Path(__file__).resolve().parents[1] / "corpus"
-    texts = [json.loads(line)["text"] for line in open(corpus / "benign.jsonl")]
+    texts = [json.loads(line)["text"] for name in ("benign.jsonl", "hostile.jsonl") for line in open(corpus / name)]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "perf"))
+    from typical_programs import typical_programs
+
+    texts += typical_programs(200, seed=3) + [_EVERY_SITE]
+
+    def trees():
+        for text in texts:
+            code = extract_code(text)
+            if code is None:
+                continue
+            try:
+                tree = normalise(ast.parse(code))
+                policy.check(tree)
+            except (SyntaxError, ValueError, RecursionError, policy.PolicyError):
+                continue
+            yield tree
+
     checked = 0
-    for text in texts:
-        code = extract_code(text)
-        tree = normalise(ast.parse(code))
-        try:
-            policy.check(tree)
-        except policy.PolicyError:
-            continue
-        metered = policy._Meter().visit(tree)
-        ours = policy._fix_missing_locations(copy.deepcopy(metered))
-        theirs = ast.fix_missing_locations(copy.deepcopy(metered))
+    for tree in trees():
+        ours = policy.instrument(copy.deepcopy(tree))
+        theirs = ast.fix_missing_locations(Unplaced().visit(copy.deepcopy(tree)))
         assert ast.dump(ours, include_attributes=True) == ast.dump(theirs, include_attributes=True)
+        compile(ours, "<program>", "exec")
         checked += 1
-    assert checked >= 20
+    assert checked >= 220
+
+    # broken variants fail: the Set's starred item not placed (it has the Set's position, not its own), and a walk
+    # that does not descend from a visit's result
+    class NoStarred(policy._Meter):
+        def _place(self, root, pos):
+            if isinstance(root, ast.Call) and root.func.id == policy.HASHED:
+                return None
+            return super()._place(root, pos)
+
+    class RootOnly(policy._Meter):
+        def _place(self, root, pos):
+            if getattr(root, "lineno", None) is None and root._attributes:
+                root.lineno, root.col_offset, root.end_lineno, root.end_col_offset = pos
+
+    site = normalise(ast.parse(_EVERY_SITE))
+    reference = ast.dump(ast.fix_missing_locations(Unplaced().visit(copy.deepcopy(site))), include_attributes=True)
+    assert ast.dump(policy._Meter().visit(copy.deepcopy(site)), include_attributes=True) == reference
+    for broken in (NoStarred, RootOnly):
+        try:
+            out = ast.dump(broken().visit(copy.deepcopy(site)), include_attributes=True)
+        except (AttributeError, TypeError, ValueError):
+            continue  # fails outright
+        assert out != reference, broken.__name__
