@@ -307,7 +307,7 @@ class Canvas:
             if prim.radius is not None and abs(params[prim.radius]) > R.MAX_RADIUS:
                 raise BudgetExceeded(f"circle radius {params[prim.radius]:g} exceeds {R.MAX_RADIUS}")
             mask = prim.mask(*params, n) if n == grid else self._sample(prim.shape(*params, grid))
-        self.pixel_writes += int(mask.sum()) if prim.name != "fill" else n * n
+        self.pixel_writes += int(np.count_nonzero(mask)) if prim.name != "fill" else n * n
         if self.pixel_writes > self.limits.max_pixels:
             raise BudgetExceeded(f"more than {self.limits.max_pixels} pixel writes")
         self.pixels[mask] = rgb

@@ -99,7 +99,16 @@ FORBIDDEN_NAMES: frozenset[str] = frozenset(
 
 def check(tree: ast.Module) -> None:
     """Raise PolicyError with a one-line reason if `tree` is outside the allow-list."""
-    for node in ast.walk(tree):
+    # breadth first, the order of ast.walk (the first node refused gives the reason), without its generators: a
+    # list that grows while it is read
+    AST, nodes = ast.AST, [tree]
+    for node in nodes:
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                nodes.extend(v for v in value if isinstance(v, AST))
+            elif isinstance(value, AST):
+                nodes.append(value)
         kind = type(node)
         if kind not in ALLOWED_NODES:
             raise PolicyError(f"line {getattr(node, 'lineno', '?')}: {kind.__name__} is not allowed")

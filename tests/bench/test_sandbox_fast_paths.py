@@ -290,3 +290,50 @@ def test_instrumented_trees_get_the_positions_the_standard_library_gives():
         except (AttributeError, TypeError, ValueError):
             continue  # fails outright
         assert out != reference, broken.__name__
+
+
+def test_the_policy_refuses_the_first_node_in_breadth_first_order():
+    """policy.check walks the tree in ast.walk's order (breadth first), so a program with several refused nodes gets
+    the reason of the shallowest, as before its walk was rewritten: on the hostile corpus and constructed cases every
+    reason is the one the same checks over ast.walk give; a depth-first walk fails the check."""
+    import ast
+    import inspect
+    import json
+    from pathlib import Path
+
+    from bench.sandbox import policy
+
+    src = inspect.getsource(policy.check)
+    walk = src[src.index("    AST, nodes = ast.AST, [tree]"):src.index("        kind = type(node)")]
+
+    def variant(prologue):
+        ns = dict(vars(policy))
+        exec(compile(src.replace(walk, prologue), "<variant>", "exec"), ns)
+        return ns["check"]
+
+    reference = variant("    for node in ast.walk(tree):\n")
+    depth_first = variant("    stack = [tree]\n    while stack:\n        node = stack.pop()\n"
+                          "        stack.extend(reversed(list(ast.iter_child_nodes(node))))\n")
+
+    def reason(check, tree):
+        try:
+            check(tree)
+        except policy.PolicyError as e:
+            return str(e)
+        return None
+
+    corpus = Path(__file__).resolve().parents[1] / "corpus"
+    texts = [json.loads(line)["text"] for line in open(corpus / "hostile.jsonl")]
+    texts += ["f(x.__class__)\nimport os", "a = [open, [[eval]]]\nb = x.__dict__", "def f(__a):\n    return g.__code__"]
+    refused = 0
+    for text in texts:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        got = reason(policy.check, tree)
+        assert got == reason(reference, tree), text[:80]
+        refused += got is not None
+    assert refused >= 40
+    assert reason(policy.check, ast.parse(texts[-3])) == "line 2: import os is not allowed (only math)"
+    assert reason(depth_first, ast.parse(texts[-3])) != reason(reference, ast.parse(texts[-3]))
