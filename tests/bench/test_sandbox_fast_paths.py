@@ -337,3 +337,47 @@ def test_the_policy_refuses_the_first_node_in_breadth_first_order():
     assert refused >= 40
     assert reason(policy.check, ast.parse(texts[-3])) == "line 2: import os is not allowed (only math)"
     assert reason(depth_first, ast.parse(texts[-3])) != reason(reference, ast.parse(texts[-3]))
+
+
+def test_small_int_operators_charge_and_give_what_the_general_path_gives():
+    """The meter's fast path for two one-limb ints gives the same result, the same units and the same refusals as
+    the general path it skips (compared with the helper without it on every operator, in place and not, at the
+    limb boundary, with bools and negatives); a fast path that charged nothing for `*` fails the check."""
+    import inspect
+
+    from bench.canvas.medium import BudgetExceeded
+    from bench.sandbox import meter as M
+
+    src = inspect.getsource(M.binop_helper)
+    fast = src[src.index("        if ta is int and tb is int and op not in _SHIFT_OR_POWER"):src.index("        if ta is bool:")]
+
+    def helper(source):
+        ns = dict(vars(M))
+        exec(compile(source, "<variant>", "exec"), ns)
+        return ns["binop_helper"]
+
+    general = helper(src.replace(fast, ""))
+    free_products = helper(src.replace("            if op in _ONE_LIMB_PRODUCTS:", "            if False:"))
+
+    def run(make, op, a, b, inplace):
+        meter = M.Meter(10**9)
+        try:
+            out = ("value", make(meter, 10**6)(op, a, b, inplace))
+        except (BudgetExceeded, ArithmeticError, TypeError, ValueError) as e:
+            out = ("error", type(e).__name__, str(e))
+        return out, meter.units
+
+    rng = random.Random(11)
+    edges = [0, 1, -1, 2, 7, 2**62, 2**63 - 1, 2**63, -2**63, 2**64, 2**64 - 1, 3**40, -(3**41), True, False, 10**30]
+    values = edges + [rng.randint(-2**70, 2**70) >> rng.randint(0, 70) for _ in range(60)]
+    ops = list(M.BINOPS)
+    differ = 0
+    for op in ops:
+        for a in values:
+            for b in rng.sample(values, 12) + [0, 1, True]:
+                if op in ("Pow", "LShift") and isinstance(b, int) and b > 200:
+                    b = b % 200
+                for inplace in (False, True):
+                    assert run(M.binop_helper, op, a, b, inplace) == run(general, op, a, b, inplace), (op, a, b, inplace)
+                    differ += run(free_products, op, a, b, inplace) != run(general, op, a, b, inplace)
+    assert differ > 100
