@@ -184,7 +184,11 @@ def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
         return ExecResult("forbidden", str(e), code=code)
     try:
         compiled = compile(policy.instrument(tree), "<program>", "exec")
-    except (SyntaxError, ValueError, RecursionError) as e:
+    except RecursionError:
+        # a fixed reason: the interpreter's own message names where its frames ran out ("in comparison", "in
+        # __instancecheck__"), which moves with the instrumenter's code, not with the program
+        return ExecResult("syntax", "does not compile: nested too deeply", code=code)
+    except (SyntaxError, ValueError) as e:
         return ExecResult("syntax", f"does not compile: {e}", code=code)
     return code, compiled
 

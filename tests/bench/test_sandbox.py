@@ -129,3 +129,15 @@ def test_workers_import_the_hosts_code_whatever_the_working_directory(tmp_path, 
     with SandboxPool(workers=1) as p:
         r = p.run(["fill('red')\nrect(1, 1, 2, 2, 'blue')"])[0]
     assert r.outcome == "ok", (r.outcome, r.reason)
+
+
+def test_a_program_nested_past_the_interpreter_gets_one_fixed_reason():
+    """Expressions nested deeper than the interpreter's frames allow are `syntax` with one fixed reason: before, the
+    reason was the RecursionError's own text, which names the builtin where the frames ran out (it changed from
+    "maximum recursion depth exceeded" to "... in comparison" when the instrumenter's code did)."""
+    from bench.sandbox.runtime import execute
+
+    for text in ("x = " + "-" * 600 + "1", "x = " + "not " * 600 + "1", "a = [0]\nx = a" + "[0]" * 400):
+        r = execute(text)
+        assert (r.outcome, r.reason) == ("syntax", "does not compile: nested too deeply"), (text[:20], r.reason)
+    assert execute("x = " + "-" * 100 + "1").valid  # deep, not too deep
