@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import shapely
@@ -155,11 +156,13 @@ def _ring(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 _REMEMBERED_VERTICES = 64
 
 
-@functools.lru_cache(maxsize=256)
-def _remembered_ring(points: tuple[tuple[float, float], ...]) -> tuple[tuple[tuple[float, float], ...], BaseGeometry, bool]:
+def _make_ring_polygon(points: Sequence[Sequence[float]]) -> tuple[tuple[tuple[float, float], ...], BaseGeometry, bool]:
     xy = tuple(_ring(points))
     poly = shapely.polygons(xy)
     return xy, poly, bool(poly.is_valid)
+
+
+_remembered_ring = functools.lru_cache(maxsize=256)(_make_ring_polygon)
 
 
 def _ring_polygon(points: list[tuple[float, float]]) -> tuple[tuple[tuple[float, float], ...], BaseGeometry, bool]:
@@ -171,9 +174,7 @@ def _ring_polygon(points: list[tuple[float, float]]) -> tuple[tuple[tuple[float,
             return _remembered_ring(tuple(map(tuple, points)))
         except TypeError:  # an unhashable coordinate: computed below
             pass
-    xy = tuple(_ring(points))
-    poly = shapely.polygons(xy)
-    return xy, poly, bool(poly.is_valid)
+    return _make_ring_polygon(points)
 
 
 def needs_even_odd(points: list[tuple[float, float]]) -> bool:

@@ -219,8 +219,6 @@ def _branch_weights(node: ast.If) -> tuple[int, int]:
 
 _MISSING = object()
 _POSITION_NAMES = ("lineno", "col_offset", "end_lineno", "end_col_offset")
-#: nodes without positions or children that matter to `_place`
-_PLAIN = (ast.expr_context, ast.operator, ast.cmpop, ast.boolop, ast.unaryop)
 
 
 def _position(node: ast.AST) -> tuple[Any, ...] | None:
@@ -238,7 +236,7 @@ def _call(name: str, *args: ast.expr) -> ast.Call:
 
 
 #: nodes with nothing below them to charge: the meter does not visit them
-_LEAVES = (ast.expr_context, ast.operator, ast.cmpop, ast.boolop, ast.unaryop, ast.Constant, ast.Name)
+_LEAVES = (*_NOT_COUNTED, ast.Constant, ast.Name)
 #: the position of a node without one and without a parent that has one (ast.fix_missing_locations's start)
 _START = (1, 0, 1, 0)
 
@@ -266,10 +264,11 @@ class _Meter(ast.NodeTransformer):
             return self.generic_visit(node)
         out = method(self, node)
         pos = _position(node) or _START
+        made = out if type(out) is list else (out,)
         if self._deferred is not None:
-            self._deferred.extend((new, pos) for new in (out if type(out) is list else (out,)))
+            self._deferred.extend((new, pos) for new in made)
             return out
-        for new in out if type(out) is list else (out,):
+        for new in made:
             self._place(new, pos)
         if self._after:
             after, self._after = self._after, []
@@ -330,8 +329,8 @@ class _Meter(ast.NodeTransformer):
             for name in node._fields:
                 value = getattr(node, name, None)
                 if type(value) is list:
-                    stack.extend((v, pos) for v in value if isinstance(v, ast.AST) and not isinstance(v, _PLAIN))
-                elif isinstance(value, ast.AST) and not isinstance(value, _PLAIN):
+                    stack.extend((v, pos) for v in value if isinstance(v, ast.AST) and not isinstance(v, _NOT_COUNTED))
+                elif isinstance(value, ast.AST) and not isinstance(value, _NOT_COUNTED):
                     stack.append((value, pos))
 
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
