@@ -32,7 +32,9 @@ _KEY = ("model", "task", "protocol", "prompt_id", "sample")
 
 
 def repair_run(run: str | Path, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Repair `run` (see the module docstring); returns what was dropped or moved aside, per file."""
+    """Repair `run` (see the module docstring); returns what was dropped or moved aside, per file. What it cannot
+    repair is refused in one sentence before the lock is taken (issue 31: a folder that is not a run once got "nothing
+    to repair", exit 0 and a .lock; a garbage config.json "nothing to repair" while `ambench run` refused the study)."""
     with RunDir.writer(run, "ambench repair", create=False) as rd:
         return _repair(rd, say)
 

@@ -27,6 +27,8 @@ first model's), so derived stages key their units on the whole attempt key plus 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -197,11 +199,41 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # a full disk (ENOSPC) or a Ctrl-C mid-write once left `.probes.jsonl.tmp` inside a finished study: the old
+        # file is intact (it is replaced only by the rename), and the half-written copy goes too
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def fs_error(e: OSError, path: "str | Path | None" = None) -> str:
+    """One sentence for an error of the file system: the path it happened on and what to do (the CLI's boundary says
+    it instead of a traceback; a read-only run once ended in `OSError: [Errno 30]` on RUN/.lock)."""
+    where = str(path if path is not None else (e.filename if e.filename is not None else "a file"))
+    code = e.errno
+    if code == errno.EROFS:
+        return f"{where} is on a read-only file system: copy the run to a writable folder and give that folder instead"
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left on the device holding {where}: free some space (or give a folder on another disk) and run the "
+                "command again; the files already written are kept")
+    if code in (errno.EACCES, errno.EPERM):
+        return f"permission denied on {where}: give a folder you may write to, or change its permissions"
+    if code == errno.ENOTDIR:
+        return f"{where}: a file stands where a folder is expected; move that file away or give another folder"
+    if code == errno.EEXIST:
+        return f"{where} already exists as a file where a folder is expected; move it away or give another folder"
+    if code == errno.EISDIR:
+        return f"{where} is a folder where a file is expected; give a file"
+    if code == errno.ENOENT:
+        return f"{where}: no such file or folder"
+    return f"{where}: {e.strerror or e}; check the path and the disk, then run the command again"
 
 
 # --------------------------------------------------------------------------- the directory
@@ -247,6 +279,7 @@ class RunDir:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock_fd: int | None = None
+        self.created = False  #: `writer` made the folder (a refusal removes it again: `discard_if_unused`)
 
     def __str__(self) -> str:
         return str(self.path)
@@ -295,11 +328,19 @@ class RunDir:
             raise RunError(f"{run.path} is a file, not a run directory: give a folder with --out")
         if not create:
             need_run(run.path, needs or cls.GENERATIONS)
+        made = not run.path.exists()
         try:
             run.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise RunError(f"cannot create the run directory {run.path}: {e.strerror}") from None
-        fd = os.open(run.path / cls.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            raise RunError(f"cannot create the run directory {run.path}: {fs_error(e, e.filename or run.path)}") from None
+        try:  # inside a handler: a read-only or full file system is one sentence, not a traceback (issue 31)
+            fd = os.open(run.path / cls.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            if made:
+                with contextlib.suppress(OSError):
+                    run.path.rmdir()
+            raise RunError(f"cannot take the run's lock: {fs_error(e, run.path / cls.LOCK)}") from None
+        run.created = made
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -312,11 +353,25 @@ class RunDir:
                 who = "another process"
             raise RunError(f"{run.path} is in use by {who}; wait for it to finish or stop it, "
                            "or use another --out") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "command": command or " ".join(sys.argv[:3])}).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                     "command": command or " ".join(sys.argv[:3])}).encode())
+        except OSError as e:
+            os.close(fd)
+            raise RunError(f"cannot take the run's lock: {fs_error(e, run.path / cls.LOCK)}") from None
         run._lock_fd = fd
         return run
+
+    def discard_if_unused(self) -> bool:
+        """Remove the folder this writer created when it still holds nothing but the lock (a command that refused
+        after taking it, e.g. a model that failed to load): a refusal leaves no new folder behind. True when removed."""
+        if not self.created or not self.path.is_dir() or [p.name for p in self.path.iterdir()] not in ([], [self.LOCK]):
+            return False
+        with contextlib.suppress(OSError):
+            (self.path / self.LOCK).unlink()
+            self.path.rmdir()
+        return not self.path.exists()
 
     def close(self) -> None:
         if self._lock_fd is not None:
@@ -354,11 +409,21 @@ class RunDir:
         self.repair(name)
         if not rows:
             return
-        blob = "".join(encode_row(r) for r in rows)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
+        blob = "".join(encode_row(r) for r in rows).encode("utf-8")
+        size = path.stat().st_size if path.exists() else None
+        try:
+            with open(path, "ab") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            # a full disk once left part of the rows: cut back to the rows that were whole before this append
+            with contextlib.suppress(OSError):
+                if size is None:
+                    path.unlink()
+                else:
+                    os.truncate(path, size)
+            raise
 
     def repair(self, name: str) -> int:
         """Cut a torn last line, or end a whole last row with its newline (lock holder only); returns the
@@ -480,11 +545,18 @@ class RunDir:
     # ------------------------------------------------------------------ settings
 
     def config(self) -> dict[str, Any]:
-        cfg = self.json(self.CONFIG)
+        """The settings record (config.json; empty when absent). A damaged one is refused with the way out: nothing
+        can rebuild it from the rows (`ambench repair` once answered "nothing to repair" while `run` refused it)."""
+        how = ("`ambench repair` cannot rebuild a run's settings record: restore config.json from a copy of the run, or "
+               "run again into another --out")
+        try:
+            cfg = self.json(self.CONFIG)
+        except RunError as e:
+            raise RunError(f"{e}; {how}") from None
         if cfg is None:
             return {}
         if not isinstance(cfg, dict):
-            raise RunError(f"{self.file(self.CONFIG)} is not a JSON object; the file was edited or corrupted")
+            raise RunError(f"{self.file(self.CONFIG)} is not a JSON object; the file was edited or corrupted; {how}")
         return cfg
 
     def record_config(self, section: str, settings: dict[str, Any], fresh: bool = False) -> None:
@@ -560,6 +632,12 @@ def need_run(path: Path, needs: str = "generations.jsonl") -> None:
     if not path.is_dir():
         raise RunError(f"--run {path}: no such folder, so it has no {needs}: give the folder `ambench run` or "
                        "`ambench generate` wrote")
+    # a folder that is not a run (issues 30, 31): `steer --run <any folder>` once wrote .lock into it and loaded the
+    # model for 87 s before failing, `intervene --run EMPTY` left a config.json that made the folder pass for a run
+    if not ((path / RunDir.CONFIG).is_file() or (path / RunDir.GENERATIONS).is_file()):
+        raise RunError(f"--run {path} is not a run directory (it has no {RunDir.CONFIG} or {RunDir.GENERATIONS}): give the "
+                       "folder `ambench run` or `ambench generate` wrote")
+    RunDir(path).config()  # a config.json that is not a JSON object is a damaged run: one sentence, before any work
 
 
 def reading(run: "str | Path | RunDir") -> RunDir:

@@ -9,8 +9,9 @@ from typing import Optional
 import typer
 
 from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, QuantizeOpt, RunOpt, SeedOpt, TaskOpt,
-                                    TrustOpt, app, bar, check_device, check_layers, check_model, check_task, f3, fail,
-                                    run_writer, runtime, show)
+                                    TrustOpt, app, bar, check_attempts, check_device, check_layers, check_model, check_record,
+                                    check_run, check_store_models, check_task, f3, fail, follow_study, run_writer, runtime, show,
+                                    store_models, study_of)
 
 
 def check_samples(samples: Optional[list[int]]) -> None:
@@ -45,6 +46,19 @@ def probe(
     s = ProbeSettings(tasks=tuple(tasks) if tasks else ("layout", "translation"), min_attempts=min_attempts,
                       exclude_trivial=exclude_trivial, n_perm=n_perm, n_perm_layers=n_perm_layers, repeats=repeats,
                       target_attempts=target_attempts, seed=seed)
+    # validate, then lock (issue 31): the run, its models and its study's settings before anything is written
+    found = check_run(run, "activations")
+    check_store_models(found, models)
+    study = study_of(found)
+    if study is not None:
+        if models and set(store_models(found)) - set(models):
+            fail(f"--models: {run} is a study whose probes.jsonl holds every model's probes; probing only {', '.join(models)} "
+                 "would drop the others' rows: leave --models out")
+        s = follow_study(found, "probe", study.probe(), {
+            "tasks": ("tasks", s.tasks), "min_attempts": ("min_attempts", min_attempts),
+            "exclude_trivial": ("exclude_trivial", exclude_trivial), "n_perm": ("n_perm", n_perm),
+            "n_perm_layers": ("n_perm_layers", n_perm_layers), "repeats": ("repeats", repeats),
+            "target_attempts": ("target_attempts", target_attempts), "seed": ("seed", seed)})
     with run_writer(run, "ambench probe", needs="activations") as rd:
         try:
             rows = probe_stage(rd, models, s, progress=lambda msg: typer.echo(msg, err=True))
@@ -85,6 +99,17 @@ def selectivity(
         check_task(t)
     s = SelectivitySettings(tasks=tuple(tasks) if tasks else ("layout",), min_attempts=min_attempts,
                             exclude_trivial=exclude_trivial, n_boot=n_boot, seed=seed)
+    found = check_run(run, "activations")  # validate, then lock (issue 31)
+    check_store_models(found, models)
+    if models is not None and len(set(models)) < 2:
+        fail(f"--models {' '.join(models)}: selectivity compares models' activations, so it needs at least 2")
+    study = study_of(found)
+    if study is not None:
+        if models and set(store_models(found)) - set(models):
+            fail(f"--models: {run} is a study whose selectivity table covers every model; leave --models out")
+        s = follow_study(found, "selectivity", study.selectivity_settings(), {
+            "tasks": ("tasks", s.tasks), "min_attempts": ("min_attempts", min_attempts),
+            "exclude_trivial": ("exclude_trivial", exclude_trivial), "n_boot": ("n_boot", n_boot), "seed": ("seed", seed)})
     with run_writer(run, "ambench selectivity", needs="activations") as rd:
         try:
             rows = selectivity_stage(rd, s, models, progress=lambda msg: typer.echo(msg, err=True))
@@ -125,10 +150,11 @@ def attention(
 
     check_task(task)
     check_samples(samples)
-    check_device(device, dtype)
+    check_device(device, dtype, quantize, device_map)
     s = AttentionSettings(task=task, layers=tuple(layers) if layers else None, samples=tuple(samples) if samples else None,
                           limit=limit, n_boot=n_boot, seed=seed)
     check_model(model)
+    check_attempts(check_run(run), model, task)  # validate, then lock, then load (issue 31)
     with run_writer(run, "ambench attention") as rd:
         rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
         check_layers(layers or [], rt.info.n_layers)
@@ -182,11 +208,14 @@ def intervene(
     if bad:
         fail(f"--arms {sorted(bad)[0]!r}: use {', '.join(ARMS)}")
     check_samples(samples)
-    check_device(device, dtype)
+    check_device(device, dtype, quantize, device_map)
     s = InterveneSettings(task=task, arms=tuple(arms or ARMS), continuations=continuations, temperature=temperature,
                           max_new_tokens=max_new_tokens, seed=seed, cut=cut, samples=tuple(samples) if samples else None,
                           limit=limit)
     check_model(model)
+    found = check_run(run)  # validate, then lock, then load (issue 31): an empty folder once got config.json and a lock
+    check_attempts(found, model, task)
+    check_record(found, f"intervene/{model}/{task}", s.as_dict())
     with run_writer(run, "ambench intervene") as rd:
         rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
         with bar(limit, "interventions", "cut") as b:
@@ -228,10 +257,13 @@ def patch(
     check_task(task)
     if moved_arm not in {m.name for m in MOVES}:
         fail(f"--moved-arm {moved_arm!r}: use {' or '.join(m.name for m in MOVES)}")
-    check_device(device, dtype)
+    check_device(device, dtype, quantize, device_map)
     s = PatchSettings(task=task, layers=tuple(layers) if layers else None, moved_arm=moved_arm, continuations=continuations,
                       temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
     check_model(model)
+    found = check_run(run)  # validate, then lock, then load (issue 31)
+    check_attempts(found, model, task)
+    check_record(found, f"patch/{model}/{task}", s.as_dict(), skip=() if layers else ("layers",))
     with run_writer(run, "ambench patch") as rd:
         rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
         check_layers(layers or [], rt.info.n_layers + 1, what="resid_pre of each block, then the final residual")
@@ -277,8 +309,14 @@ def steer(
         fail(f"--region {region!r}: use {', '.join(REGIONS)}")
     if position not in POSITIONS:
         fail(f"--position {position!r}: use {', '.join(POSITIONS)}")
-    check_device(device, dtype)
+    check_device(device, dtype, quantize, device_map)
     check_model(model)
+    # validate, then lock, then load (issues 30, 31): `steer --run <not a run>` once wrote .lock and loaded for 87 s
+    found = check_run(run, "activations")
+    check_store_models(found, [model], "--model")
+    check_attempts(found, model, task)
+    if layer < 0:
+        fail(f"--layer must be 0 or more (a block of the model), not {layer}")
     with run_writer(run, "ambench steer") as rd:
         rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
         check_layers([layer], rt.info.n_layers, "--layer")
@@ -310,9 +348,10 @@ def trajectory(
     from experiments.stages.trajectory import TrajectorySettings, trajectory_stage, verdict
 
     check_task(task)
-    check_device(device, dtype)
+    check_device(device, dtype, quantize, device_map)
     s = TrajectorySettings(task=task, boundaries=boundaries, seed=seed)
     check_model(model)
+    check_attempts(check_run(run), model, task)  # validate, then lock, then load (issue 31)
     with run_writer(run, "ambench trajectory") as rd:
         rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
         with bar(None, "plan or state", "attempt") as b:

@@ -13,7 +13,22 @@ from typing import Annotated, Any, Iterator, Optional
 
 import typer
 
+class _Group(typer.core.TyperGroup):
+    """The root command group: an error of the file system anywhere below it (a read-only folder, a full disk, no
+    permission, a file where a folder is expected) is one sentence naming the path and what to do, exit 2 (issue 31:
+    a read-only run once ended `run`, `probe`, `repair`, `report`... in an `OSError` traceback)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            from experiments.rundir import fs_error
+
+            fail(fs_error(e))
+
+
 app = typer.Typer(
+    cls=_Group,
     name="ambench",
     help="AM-Bench: do text-only language models plan 2D layouts? (canvas medium, sandbox, scoring, probes)",
     no_args_is_help=True,
@@ -96,6 +111,10 @@ def boundary() -> Iterator[None]:
         yield
     except errors() as e:
         fail(str(e))
+    except OSError as e:  # the file system's errors too (issue 31): said where they happen, with the path
+        from experiments.rundir import fs_error
+
+        fail(fs_error(e))
 
 
 @contextlib.contextmanager
@@ -106,11 +125,76 @@ def run_writer(path: Path, command: str, create: bool = False, needs: Optional[s
 
     with boundary():
         rd = RunDir.writer(path, command, create=create, needs=needs)
+    done = False
     try:
         with boundary():
             yield rd
+        done = True
+    except typer.Exit as e:
+        done = not e.exit_code
+        raise
     finally:
         rd.close()
+        if not done:  # a refusal leaves no new folder: one made here that holds only the lock goes again (issue 31)
+            rd.discard_if_unused()
+
+
+def check_run(run: Path, needs: Optional[str] = None) -> Any:
+    """The run a `--run` command reads or adds to, checked before anything is locked, loaded or written (issues 30,
+    31): the folder exists and is a run (config.json or generations.jsonl, a config.json that reads), and holds what
+    the command needs (`needs`: "activations", or a file name). Returns it opened for reading."""
+    from experiments.rundir import RunDir, need_run
+
+    with boundary():
+        need_run(run, needs or RunDir.GENERATIONS)
+    rd = RunDir(run)
+    if needs == "activations":
+        if not rd.activation_stores():
+            fail(f"{run} has no activations: run `ambench capture --out {run}` (or `ambench run`) first")
+    elif needs is not None and not rd.file(needs).exists():
+        fail(f"{run} has no {needs}: run the command that makes it first (`ambench run` makes every file of a study)")
+    return rd
+
+
+def store_models(rd: Any) -> list[str]:
+    """The model names of a run's activation stores (as the run names them)."""
+    import json
+
+    names = []
+    for folder in rd.activation_stores():
+        try:
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            names.append(str(meta.get("name", meta["model"]["name"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            names.append(folder.name)
+    return names
+
+
+def check_store_models(rd: Any, models: Optional[list[str]], option: str = "--models") -> None:
+    """Each model named has activations in the run (one sentence naming the models that do, before anything is
+    written: `selectivity --models nosuch` once wrote a `skipped` selectivity.jsonl and exited 0)."""
+    from experiments.rundir import safe_name
+
+    have = store_models(rd)
+    for m in models or []:
+        if m not in have and safe_name(m) not in {safe_name(h) for h in have}:
+            fail(f"{option} {m!r}: {rd.path} has activations of {', '.join(repr(h) for h in have) or 'no model'} only")
+
+
+def check_attempts(rd: Any, model: str, task: str) -> None:
+    """The run holds attempts of `model` on `task` (one sentence naming those it holds, before the model loads:
+    `trajectory --model <not in the study>` once loaded it, wrote trajectory.jsonl and exited 0, and `intervene`
+    added the model's section to config.json)."""
+    from experiments.rundir import RunDir
+
+    with boundary():
+        rows = rd.rows(RunDir.GENERATIONS)
+    if any(r.get("model") == model and r.get("task") == task for r in rows):
+        return
+    held = sorted({(str(r.get("model")), str(r.get("task"))) for r in rows})
+    listed = "; ".join(f"{m} ({t})" for m, t in held[:6]) or "none"
+    fail(f"{rd.path} has no {task} attempts of {model}: it holds attempts of {listed}; give --model and --task as the run "
+         f"names them, or generate them first (`ambench generate --model {model} --task {task} --out {rd.path}`)")
 
 
 def check_task(task: str, option: str = "--task") -> None:
@@ -169,14 +253,41 @@ def check_model(model: str) -> None:
         check_models((model,))
 
 
-def check_device(device: Optional[str], dtype: Optional[str]) -> None:
-    """--device and --dtype as the runtime accepts them (one sentence, before anything is opened or loaded)."""
+def check_device(device: Optional[str], dtype: Optional[str], quantize: Optional[str] = None,
+                 device_map: Optional[str] = None) -> None:
+    """--device, --dtype, --quantize and --device-map as the runtime accepts them and this machine has them (one
+    sentence, before anything is opened or loaded: `generate --device cuda` on a CPU-only torch once failed after the
+    model load and left NEW/.lock, `--quantize 3bit` after 216 s)."""
     import re
 
     if device is not None and not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
         fail(f"--device {device!r}: use cpu, cuda or cuda:N (mps on a Mac)")
     if dtype is not None and dtype not in ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"):
         fail(f"--dtype {dtype!r}: use float32, bfloat16 or float16")
+    if quantize is not None and quantize not in ("8bit", "4bit"):
+        fail(f"--quantize {quantize!r}: use 8bit or 4bit")
+    if device_map is not None and device_map != "auto":
+        fail(f"--device-map {device_map!r}: use auto (or leave it out to put every block on --device)")
+    if quantize is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            fail(f"--quantize {quantize} needs bitsandbytes: `pip install bitsandbytes` (and a CUDA GPU), or leave --quantize out")
+    if (device or "").startswith("cuda") or quantize is not None or device_map is not None:
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        want = int(device.split(":")[1]) if device and ":" in device else 0
+        what = f"--device {device}" if (device or "").startswith("cuda") else ("--quantize" if quantize else "--device-map")
+        if n == 0:
+            fail(f"{what} needs a CUDA GPU and this torch sees none ({torch.__version__}): use --device cpu")
+        if want >= n:
+            fail(f"--device {device}: this machine has {n} CUDA device(s), cuda:0..cuda:{n - 1}")
+    if device == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            fail("--device mps: this torch has no MPS device (it is for Apple silicon): use --device cpu")
 
 
 def runtime(model: str, device: Optional[str], dtype: Optional[str], compat: bool = False, trust_remote_code: bool = False,
@@ -185,7 +296,7 @@ def runtime(model: str, device: Optional[str], dtype: Optional[str], compat: boo
     from experiments.study import check_models
     from interp.runtime import Runtime, describe
 
-    check_device(device, dtype)
+    check_device(device, dtype, quantize, device_map)
     typer.echo(f"loading {model} ...", err=True)
     with boundary():
         check_models((model,))
@@ -200,3 +311,72 @@ def bar(total: Optional[int], desc: str, unit: str) -> Any:
     from experiments.progress import bar as progress_bar
 
     return progress_bar(total, desc, unit)
+
+
+def given(param: str) -> bool:
+    """The option `param` (the command's argument name) was given on the command line, not left at its default."""
+    try:  # typer vendors click from 0.2x; older ones use click itself
+        from typer._click.core import ParameterSource
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover
+        from click import get_current_context
+        from click.core import ParameterSource
+    ctx = get_current_context(silent=True)
+    source = ctx.get_parameter_source(param) if ctx is not None else None
+    return source not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+
+def study_of(rd: Any) -> Any:
+    """The StudyConfig a run was made with by `ambench run` (None for a run of separate commands)."""
+    from experiments.study import StudyConfig
+
+    with boundary():
+        record = ((rd.config().get("stages") or {}).get("study") or {}).get("config")
+    if not record:
+        return None
+    try:
+        return StudyConfig.from_dict(record)
+    except (TypeError, ValueError) as e:
+        fail(f"{rd.file(rd.CONFIG)} holds a study record this version cannot read ({e}); restore config.json from a copy "
+             "of the run, or run the study again into another --out")
+
+
+def follow_study(rd: Any, command: str, study: Any, cli: dict[str, tuple[str, Any]]) -> Any:
+    """A side command's settings on a study (issue 31, case 11: `probe --run RUN` with its own 2,500/100 permutations
+    rewrote probes.jsonl while the study's summary and report kept 999/49): the options left out take the study's
+    values, and one given with another value is refused, naming it, so the study's files never disagree. `cli`:
+    settings field -> (the command's argument name, its value). Returns the settings to run with."""
+    from dataclasses import replace
+
+    kept = {f: v for f, (param, v) in cli.items() if given(param)}
+    s = replace(study, **kept)
+    changed = [f for f in kept if getattr(s, f) != getattr(study, f)]
+    if changed:
+        opts = ", ".join(f"--{cli[f][0].replace('_', '-')} {_shown(getattr(s, f))} (the study's: {_shown(getattr(study, f))})"
+                         for f in changed)
+        fail(f"{rd.path} is a study whose summary and report follow its own {command} settings; {opts} would leave them "
+             f"disagreeing: leave those options out to redo the study's {command}, or run a study with the settings you "
+             "want into another folder (`ambench run ... --out OTHER`)")
+    return s
+
+
+def _shown(v: Any) -> str:
+    return " ".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
+
+
+def check_record(rd: Any, section: str, settings: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
+    """The refusal `RunDir.record_config` makes for another command's other settings, said before the run is locked or
+    the model loads (it once came after the load); `skip`: fields known only once the model is loaded."""
+    import json
+
+    from experiments.rundir import _diff
+
+    with boundary():
+        old = ((rd.config().get("stages") or {}).get(section))
+    if old is None:
+        return
+    new = json.loads(json.dumps(settings))
+    changed = sorted(k for k in _diff(old, new) if k.split(".")[0] not in skip)
+    if changed:
+        fail(f"{rd.path} already has stage {section!r} with other settings ({', '.join(changed)}); repeat its settings, "
+             "or use another --out to change them")

@@ -60,6 +60,19 @@ def ensure_renders(run: Path) -> None:
             render_stage(rd)
 
 
+def need_renders(run: Path) -> None:
+    """A read-only command reads renders and never makes them (issue 31: `layout table`, documented read-only, once
+    wrote renders/part-000000.h5 when a render part was deleted): a run with attempts not rendered is one sentence
+    naming the command that renders them."""
+    from experiments.stages.render import renders_complete
+
+    with boundary():
+        complete = renders_complete(run)
+    if not complete:
+        fail(f"{run} has attempts without a current render (never rendered, or a render part is missing or stale); this "
+             f"command only reads: render them with `ambench renders --run {run}`, then run it again")
+
+
 @app.command("renders")
 def render_run(
     run: RunOpt,
@@ -88,7 +101,7 @@ def layout_table_cmd(
     if level not in ("tier", "subcategory"):
         fail("--by must be tier or subcategory")
     _need_generations(run)
-    ensure_renders(run)
+    need_renders(run)
     with boundary():
         rows = layout_table(run, level)
     if not rows:
@@ -112,7 +125,7 @@ def layout_compare(
     from experiments.stages.render import read_renders, row_key
 
     _need_generations(run)
-    ensure_renders(run)
+    need_renders(run)
     rd = reading(run)
     arms: dict[tuple[str, str], dict[str, list[float]]] = {}
     with boundary():
@@ -157,7 +170,7 @@ def layout_tier_gap(
     from experiments.stages.layout import tier_gap_table
 
     _need_generations(run)
-    ensure_renders(run)
+    need_renders(run)
     with boundary():
         rows = tier_gap_table(run, n_boot, seed)
     if not rows:

@@ -74,7 +74,7 @@ def generate(
     check_medium(medium, output, items)
     settings = GenerateSettings(samples, temperature, seed, max_new_tokens, batch_size, protocol, shots, output, medium)
     check_protocol(protocol)
-    check_device(device, dtype)
+    check_device(device, dtype, quantize, device_map)
     check_model(model)
     with run_writer(out, "ambench generate", create=True) as rd:  # the lock first: a run in use is said before a load
         rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
@@ -124,7 +124,7 @@ def capture(
         fail("--final-site must be pre-norm or post-norm")
     items = load_items(task, prompts, limit)
     check_protocol(protocol)
-    check_device(device, dtype)
+    check_device(device, dtype, quantize, device_map)
     check_model(model)
     with run_writer(out, "ambench capture", create=True) as rd:  # the lock first: a run in use is said before a load
         rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, QuantizeOpt, TrustOpt, app, boundary,
-                                    fail, show)
+                                    check_device, fail, show)
 
 
 @app.command("run")
@@ -69,6 +69,7 @@ def run_cmd(
     clock = StageTimes(path=timings, step=preset)
     if backend not in ("local", "ray"):
         fail("--backend must be local or ray")
+    check_device(device, dtype, quantize, device_map)  # before a run directory is made or a model loads (issue 31)
     files = tuple(str(p) for p in prompt_files) if prompt_files else None
     if parts_of(preset) is not None:
         if backend == "ray" or shard:
@@ -161,6 +162,14 @@ def report(
             fail(f"{r} is neither a run directory (with config.json or generations.jsonl) nor a folder of runs")
     if out is None and (len(runs) > 1 or not is_run(runs[0])):
         fail("give --out DIR: the report of several runs, or of a folder of runs, is written to DIR/index.html")
+    if out is not None:  # checked before anything is read or written (issue 31)
+        if out.exists() and not out.is_dir():
+            fail(f"--out {out} is a file: give a folder for index.html (a new one, or an earlier report's)")
+        inside = next((p for p in [out, *out.absolute().parents] if is_run(p)), None)
+        if inside is not None:  # `report OTHER --out RUN` once wrote index.html into another run without its lock
+            fail(f"--out {out} is {'a run directory' if inside == out else f'inside the run directory {inside}'}: a run's "
+                 f"files are written only under its lock by its own commands (`ambench report {inside}` writes "
+                 f"{inside / 'report' / 'index.html'}); give a folder of its own for the combined report")
     with boundary():
         path = write_report(runs[0]) if out is None else write_combined(runs, out)
     typer.echo(f"wrote {path}")

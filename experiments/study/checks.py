@@ -20,6 +20,8 @@ def check_models(models: tuple[str, ...]) -> None:
 
     for m in models:
         kind, folder = resolve(m)
+        if kind == "hub":  # a hub name is usable only when cached: said before a run directory is made (issue 31)
+            _check_cached(m)
         if folder is None:
             continue
         try:
@@ -32,6 +34,28 @@ def check_models(models: tuple[str, ...]) -> None:
         for p in weights:
             if p.suffix == ".safetensors":
                 _check_safetensors(p)
+
+
+def _check_cached(name: str) -> None:
+    """A hub name that is a repository id and is in the local Hugging Face cache (nothing is downloaded at run time):
+    `capture --model ../../etc --out NEW` once took it for a hub name, made NEW and its lock, and failed in the load."""
+    from interp.models import ModelError
+
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    except ImportError:  # pragma: no cover
+        return
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ModelError(f"--model {name!r} is neither a model folder, an embedded model, organism:NAME nor a hub name "
+                         "(owner/name): give one of those") from None
+    try:
+        snapshot_download(name, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - any failure here means "not cached"
+        raise ModelError(f"{name!r} is not in the local Hugging Face cache and nothing is downloaded at run time; download "
+                         f"it first or pass a local folder ({type(e).__name__})") from None
 
 
 def _check_safetensors(path: Path) -> None:
