@@ -10,8 +10,8 @@ import typer
 
 from experiments.cli.common import (DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, ModelOpt, QuantizeOpt, RunOpt, SeedOpt, TaskOpt,
                                     TrustOpt, app, bar, check_attempts, check_device, check_layers, check_model, check_record,
-                                    check_run, check_store_models, check_task, f3, fail, follow_study, run_writer, runtime, show,
-                                    store_models, study_of)
+                                    check_run, check_store_models, check_task, f3, fail, follow_study, recorded_layers, run_writer,
+                                    runtime, show, store_models, study_of)
 
 
 def check_samples(samples: Optional[list[int]]) -> None:
@@ -154,7 +154,11 @@ def attention(
     s = AttentionSettings(task=task, layers=tuple(layers) if layers else None, samples=tuple(samples) if samples else None,
                           limit=limit, n_boot=n_boot, seed=seed)
     check_model(model)
-    check_attempts(check_run(run), model, task)  # validate, then lock, then load (issue 31)
+    found = check_run(run)  # validate, then lock, then load (issue 31)
+    check_attempts(found, model, task)
+    n = recorded_layers(found, model)
+    if n is not None:
+        check_layers(layers or [], n)
     with run_writer(run, "ambench attention") as rd:
         rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
         check_layers(layers or [], rt.info.n_layers)
@@ -263,6 +267,9 @@ def patch(
     check_model(model)
     found = check_run(run)  # validate, then lock, then load (issue 31)
     check_attempts(found, model, task)
+    n = recorded_layers(found, model)
+    if n is not None:  # the layers first: a bad --layers is said as such, before any other difference
+        check_layers(layers or [], n + 1, what="resid_pre of each block, then the final residual")
     check_record(found, f"patch/{model}/{task}", s.as_dict(), skip=() if layers else ("layers",))
     with run_writer(run, "ambench patch") as rd:
         rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
@@ -315,7 +322,10 @@ def steer(
     found = check_run(run, "activations")
     check_store_models(found, [model], "--model")
     check_attempts(found, model, task)
-    if layer < 0:
+    n = recorded_layers(found, model)
+    if n is not None:
+        check_layers([layer], n, "--layer")
+    elif layer < 0:
         fail(f"--layer must be 0 or more (a block of the model), not {layer}")
     with run_writer(run, "ambench steer") as rd:
         rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)

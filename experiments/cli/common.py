@@ -380,3 +380,15 @@ def check_record(rd: Any, section: str, settings: dict[str, Any], skip: tuple[st
     if changed:
         fail(f"{rd.path} already has stage {section!r} with other settings ({', '.join(changed)}); repeat its settings, "
              "or use another --out to change them")
+
+
+def recorded_layers(rd: Any, model: str) -> Optional[int]:
+    """The number of blocks of `model` as the run recorded it when it generated with it (None when unknown), so that
+    a layer option is checked before the model loads."""
+    with boundary():
+        stages = rd.config().get("stages") or {}
+    for k, v in stages.items():
+        info = v.get("model") if isinstance(v, dict) and k.startswith("generate/") else None
+        if isinstance(info, dict) and info.get("name") == model and isinstance(info.get("n_layers"), int):
+            return info["n_layers"]
+    return None
