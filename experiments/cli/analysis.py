@@ -101,8 +101,6 @@ def selectivity(
                             exclude_trivial=exclude_trivial, n_boot=n_boot, seed=seed)
     found = check_run(run, "activations")  # validate, then lock (issue 31)
     check_store_models(found, models)
-    if models is not None and len(set(models)) < 2:
-        fail(f"--models {' '.join(models)}: selectivity compares models' activations, so it needs at least 2")
     study = study_of(found)
     if study is not None:
         if models and set(store_models(found)) - set(models):
@@ -110,6 +108,10 @@ def selectivity(
         s = follow_study(found, "selectivity", study.selectivity_settings(), {
             "tasks": ("tasks", s.tasks), "min_attempts": ("min_attempts", min_attempts),
             "exclude_trivial": ("exclude_trivial", exclude_trivial), "n_boot": ("n_boot", n_boot), "seed": ("seed", seed)})
+    chosen = set(models) if models else set(store_models(found))
+    if len(chosen) < 2:  # a `skipped` selectivity.jsonl and exit 0 was once the answer (issue 31, case 7)
+        fail(f"{'--models ' + ' '.join(models) if models else run}: selectivity compares models' activations, so it needs "
+             f"at least 2 models and {'they name' if models else 'the run has'} {len(chosen)}")
     with run_writer(run, "ambench selectivity", needs="activations") as rd:
         try:
             rows = selectivity_stage(rd, s, models, progress=lambda msg: typer.echo(msg, err=True))

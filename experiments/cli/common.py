@@ -145,8 +145,16 @@ def check_run(run: Path, needs: Optional[str] = None) -> Any:
     the command needs (`needs`: "activations", or a file name). Returns it opened for reading."""
     from experiments.rundir import RunDir, need_run
 
+    import errno
+    import os
+
+    from experiments.rundir import fs_error
+
     with boundary():
         need_run(run, needs or RunDir.GENERATIONS)
+    if not os.access(run, os.W_OK):  # the folder first: a read-only run is said before any other check or work
+        code = errno.EROFS if os.statvfs(run).f_flag & os.ST_RDONLY else errno.EACCES
+        fail(fs_error(OSError(code, os.strerror(code)), run))
     rd = RunDir(run)
     if needs == "activations":
         if not rd.activation_stores():
