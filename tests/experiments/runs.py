@@ -9,7 +9,7 @@ from experiments.rundir import RunDir, read_rows
 
 GENERATIONS = RunDir.GENERATIONS
 
-__all__ = ["GENERATIONS", "PROGRAMS", "STUDY", "append", "copy_run", "read_rows", "run_small_study", "snapshot", "study_config"]
+__all__ = ["GENERATIONS", "PROGRAMS", "STUDY", "append", "copy_run", "read_rows", "run_small_study", "snapshot", "study_config", "tree"]
 
 
 def append(run: Path, rows: Sequence[Mapping[str, Any]], name: str = RunDir.GENERATIONS) -> None:
@@ -54,6 +54,22 @@ def run_small_study(model: Path, out: Path, say: Any = None, **overrides: Any) -
 def snapshot(run: Path) -> dict[str, bytes]:
     """Every file of a run directory (the lock file aside) and its bytes."""
     return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != RunDir.LOCK}
+
+
+def tree(root: Path) -> dict[str, tuple[Any, ...]]:
+    """Every path under `root` (folders and the lock included): kind, size, mtime and the bytes' hash; what a refusal
+    must leave as it found it (issue 31: no new folder, no lock, no config section, no temporary file)."""
+    import hashlib
+
+    out: dict[str, tuple[Any, ...]] = {}
+    for p in sorted([root, *root.rglob("*")]):
+        st = p.lstat()
+        rel = str(p.relative_to(root))
+        if p.is_dir():
+            out[rel] = ("dir", st.st_mtime_ns)
+        else:
+            out[rel] = ("file", st.st_size, st.st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
 
 
 def copy_run(src: Path, dst: Path) -> Path:

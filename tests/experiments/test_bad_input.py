@@ -112,9 +112,11 @@ def root(tmp_path_factory):
     return root
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"/" for p in sorted(root.rglob("*"))
-            if p.name != RunDir.LOCK}
+def _files(root: Path) -> dict[str, tuple]:
+    """Every path (folders and the lock included, issue 31: a refusal takes no lock) with its size, mtime and hash."""
+    from tests.experiments.runs import tree
+
+    return tree(root)
 
 
 CASES = [(cmd, args, says) for cmd, cases in BAD.items() for args, says in cases]

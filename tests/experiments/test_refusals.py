@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import shutil
 import subprocess
@@ -29,26 +28,13 @@ from typer.testing import CliRunner
 
 from experiments.cli import app
 from experiments.rundir import RunDir, atomic_write, fs_error, read_rows
-from tests.experiments.runs import copy_run, run_small_study
+from tests.experiments.runs import copy_run, run_small_study, tree
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, tiny_folder):
     out = tmp_path_factory.mktemp("finished") / "run"
     run_small_study(tiny_folder, out)
-    return out
-
-
-def tree(root: Path) -> dict[str, tuple[Any, ...]]:
-    """Every path under `root` (folders and the lock included): kind, size, mtime and the bytes' hash."""
-    out: dict[str, tuple[Any, ...]] = {}
-    for p in sorted([root, *root.rglob("*")]):
-        st = p.lstat()
-        rel = str(p.relative_to(root))
-        if p.is_dir():
-            out[rel] = ("dir", st.st_mtime_ns)
-        else:
-            out[rel] = ("file", st.st_size, st.st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
     return out
 
 
