@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from experiments.rundir import AttemptKey, RunDir, lenient_rows
+from experiments.rundir import AttemptKey, RunDir, lenient_rows, need_run
 
 #: every JSONL file of a run
 JSONL = (RunDir.GENERATIONS, RunDir.PROMPTS, RunDir.TRANSLATION_SCORES, RunDir.JUDGE_SCORES, RunDir.JUDGE_CACHE, RunDir.PROBES,
@@ -35,6 +35,8 @@ def repair_run(run: str | Path, say: Callable[[str], None] = print) -> dict[str,
     """Repair `run` (see the module docstring); returns what was dropped or moved aside, per file. What it cannot
     repair is refused in one sentence before the lock is taken (issue 31: a folder that is not a run once got "nothing
     to repair", exit 0 and a .lock; a garbage config.json "nothing to repair" while `ambench run` refused the study)."""
+    need_run(Path(run), "rows to repair")
+    RunDir(run).config()  # nothing rebuilds a damaged settings record: said, exit 2, before the lock
     with RunDir.writer(run, "ambench repair", create=False) as rd:
         return _repair(rd, say)
 

@@ -637,7 +637,6 @@ def need_run(path: Path, needs: str = "generations.jsonl") -> None:
     if not ((path / RunDir.CONFIG).is_file() or (path / RunDir.GENERATIONS).is_file()):
         raise RunError(f"--run {path} is not a run directory (it has no {RunDir.CONFIG} or {RunDir.GENERATIONS}): give the "
                        "folder `ambench run` or `ambench generate` wrote")
-    RunDir(path).config()  # a config.json that is not a JSON object is a damaged run: one sentence, before any work
 
 
 def reading(run: "str | Path | RunDir") -> RunDir:

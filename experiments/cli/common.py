@@ -156,6 +156,8 @@ def check_run(run: Path, needs: Optional[str] = None) -> Any:
         code = errno.EROFS if os.statvfs(run).f_flag & os.ST_RDONLY else errno.EACCES
         fail(fs_error(OSError(code, os.strerror(code)), run))
     rd = RunDir(run)
+    with boundary():  # a settings record that does not read: the commands that follow a study's settings need it whole
+        rd.config()
     if needs == "activations":
         if not rd.activation_stores():
             fail(f"{run} has no activations: run `ambench capture --out {run}` (or `ambench run`) first")
