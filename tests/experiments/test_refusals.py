@@ -305,3 +305,15 @@ def test_a_file_where_a_folder_is_expected_is_one_sentence(study, tmp_path):
     out = one_sentence(invoke(["report", run]))
     assert str(run / "report") in out and "folder" in out, out
     assert (run / "report").read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("args", [["translation", "refs", "--set", "icons", "--out", "{file}/refs.jsonl"],
+                                  ["layout", "prompts", "--out", "{file}/prompts.jsonl"]], ids=["translation-refs", "layout-prompts"])
+def test_an_os_error_outside_any_handler_is_one_sentence(tmp_path, args):
+    """The command line's root translates an `OSError` that no command caught (here a file where the output's folder
+    should be): one sentence with the path, exit 2, nothing written."""
+    (tmp_path / "file").write_text("x")
+    before = tree(tmp_path)
+    out = one_sentence(invoke([a.replace("{file}", str(tmp_path / "file")) for a in args]))
+    assert str(tmp_path / "file") in out and "folder" in out, out
+    assert tree(tmp_path) == before
