@@ -16,7 +16,13 @@ settings in `config.json`, builds the attempt key and derives seeds; stages ask 
 - **Content-keyed resume.** Rows of resumable stages carry `input`, a hash of what produced them
   (the prompt text, the settings, the model's weights digest, the attempt's text...). A stage resumes
   a unit only when both the key and the input hash match; a stale row is dropped and recomputed.
-- **Atomic files.** Whole files are written to a temporary name, fsynced and renamed.
+- **Atomic files.** Whole files are written to a temporary name, fsynced and renamed; a write that fails (a full
+  disk, a Ctrl-C) removes its temporary file and leaves the old file, and a failed append cuts back to the rows
+  that were whole (a full disk once left `.probes.jsonl.tmp` inside a finished study).
+- **Only a run is a run, and refusals leave no trace.** A writer on an existing run (`create=False`) refuses a
+  folder that is not one (no config.json or generations.jsonl) before taking its lock; a folder `writer` made is
+  removed again by `discard_if_unused` when the command refuses; the lock is opened inside a handler, and every
+  error of the file system becomes one sentence naming the path and what to do (`fs_error`; issue 31).
 
 An attempt is identified by `AttemptKey` (model, task, protocol, medium, prompt id, sample), in that
 order, with one spelling everywhere: resume checks, the `key` column of the render store, the seeds of

@@ -2,6 +2,11 @@
 
 Heavy imports (torch, transformers) happen inside the commands that need them, so `ambench render` and
 the scoring commands start in well under a second.
+
+Validate, then lock, then load, then write (issue 31): the `check_*` helpers here say a bad argument, model, task,
+arm, device or folder in one sentence before a command takes the run's lock or loads a model, so a refusal leaves
+every file and folder as it found it; `follow_study` keeps a side command on a study to the study's settings; the
+root group turns any `OSError` into one sentence (a read-only folder, a full disk), never a traceback.
 """
 
 from __future__ import annotations
