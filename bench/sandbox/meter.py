@@ -98,8 +98,10 @@ STRIP_PER_UNIT = 1024
 WIDE_STRIP_PER_UNIT = 16
 #: units per element a C pass *makes*, not copies (issue 32): an int out of a range (over 256 it is allocated), a
 #: 1-character string out of non-ASCII text (below 256 they are cached), a pair out of `dict.items()`; `list(range(
-#: 10 ** 6))` was charged as a copy of references, 1 unit per 8, and used 19-24 x the calibration loop's CPU
-MADE_UNITS = 1
+#: 10 ** 6))` was charged as a copy of references, 1 unit per 8, and used 19-24 x the calibration loop's CPU;
+#: at 1 unit, `list(d.items())` and `tuple` of wide text measured 0.55-0.57 s at the full budget, over the bench's 0.6 s
+#: once the calibration loop's 0.08 s moment is scaled to its usual 0.13 s)
+MADE_UNITS = 2
 #: bits of integers one unit of `sum` adds (an addition of two 4,096-bit integers allocates a 4,096-bit result)
 SUM_BITS_PER_UNIT = 256
 #: characters of a float literal `float()` parses per unit (1 ns a character measured on a 1M-digit one)
@@ -228,7 +230,7 @@ class Meter:
         charged first (so it is bounded in depth and in work)."""
         t = type(x)
         if t is int:
-            return (x.bit_length() // 64) ** 2 // 8
+            return _quadratic(x.bit_length())
         if t not in _CONTAINERS:
             return 0
         total, stack = 0, [x]
@@ -347,7 +349,9 @@ _OVER_ONE_LIMB = functools.partial(operator.lt, 511)  #: ints whose decimal text
 
 
 def _quadratic(bits: int) -> int:
-    return (bits // 64) ** 2 // 8
+    """Units of writing an int of `bits` bits in decimal (CPython's conversion is quadratic in the limbs: at
+    limbs ** 2 / 8, `'%s' % (x,)` of a 4,070-bit x measured 0.39 s at the full budget in a fast moment)."""
+    return (bits // 64) ** 2 // 6
 
 
 def _int_bits(x: Any) -> int:
@@ -1144,7 +1148,8 @@ def math_functions(meter: Meter, max_collection: int = 1_000_000) -> dict[str, C
                 return _check_int(fn(*args), f"math.{name}")
             acc = args[0]
             for a in args[1:]:
-                meter.tick(ITEM_UNITS + _limbs(_int_bits(acc)) * _limbs(_int_bits(a)) // 4)
+                # a Python step per argument (at ITEM_UNITS, `math.gcd(*range(1, 200000))` measured 0.63 s at the budget)
+                meter.tick(WRAPPER_UNITS + _limbs(_int_bits(acc)) * _limbs(_int_bits(a)) // 4)
                 acc = _check_int(fn(acc, a), f"math.{name}")
             return acc
 
