@@ -34,6 +34,18 @@ exact type of its object; the math namespace holds only what has a rule). What m
   a tuple, and a 400,000-deep one overflowed the worker's stack); compares and reprs stop at Python's own
   recursion limit;
 - no text a program can build holds a heap address (`scrub`), so nothing it computes depends on one.
+
+**Charges by mechanism** (issue 32: a table per callable kept missing paths; 9 classes, 35 programs ended
+`crash` or `timeout`, some differently under load). Beside the table, rules that hold whichever callable runs:
+- everything C recurses through without a depth check is bounded when it is made (`Meter.nest`): iterators
+  over iterators (`enumerate`, `map`, `zip`, `filter`, generator expressions) and generic aliases of generic
+  aliases, at `MAX_DEPTH` levels (200,000 of them overflowed the C stack: `crash`, at a depth set by the host);
+- a C pass over a sized iterable pays per element it *makes* (`made_units`: a range's ints, non-ASCII text's
+  characters, `dict.items()`'s pairs), not per reference copied, wherever the pass happens;
+- integers are charged by their size wherever they are written as text (`Meter.int_text`: inside containers,
+  by `%`, f-strings, `str`) or summed; folds that can grow (`math.lcm`) go one checked pair at a time;
+- chained comparisons are single comparisons joined by `and` (bench.sandbox.policy), so they meet the same rules;
+- no error message is built from an unbounded repr (`index_of`; bench.canvas.palette.brief).
 """
 
 from __future__ import annotations
