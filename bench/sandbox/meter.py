@@ -123,7 +123,7 @@ FLOAT_CHARS_PER_UNIT = 16
 class Meter:
     """Work units spent by one program, raising BudgetExceeded past `cap`."""
 
-    __slots__ = ("units", "cap", "limit", "nests")
+    __slots__ = ("units", "cap", "limit", "nests", "source")
 
     def __init__(self, cap: int) -> None:
         self.units = 0
@@ -131,6 +131,7 @@ class Meter:
         #: the iterators and generic aliases this program built last, id -> (object, nesting depth): a chain
         #: built in a loop finds its previous link here instead of walking it again (`Meter.nest`)
         self.nests: dict[int, tuple[Any, int]] = {}
+        self.source = 0  #: the nesting depth of the generator expression's source just evaluated (`sourced`)
 
     def _passed(self) -> None:
         raise BudgetExceeded(f"more than {self.limit} work units (operations and the elements they touch)")
@@ -230,10 +231,20 @@ class Meter:
             self.nests = {id(x): (x, depth)}
         return x
 
-    def nested(self, x: Any) -> Any:
-        """A generator expression just made (wraps every one: a generator over a generator is one more level
-        of C recursion when it is iterated)."""
-        return self.made(x, self.nest(x))
+    def sourced(self, x: Any) -> Any:
+        """The source of a generator expression (its first iterable), its depth noted for `nested`, which runs
+        as soon as the generator is made (nothing of the program runs in between: the interpreter only calls
+        `iter` on the source, and a program cannot define `__iter__`)."""
+        self.source = self.nest(x) if type(x) in _NESTING else 0
+        return x
+
+    def nested(self, gen: Any) -> Any:
+        """A generator expression just made, one level above its source (a generator over a generator is one
+        more level of C recursion when it is iterated). Its helpers' own cost, 8 units (finding the depth from
+        the generator's frame instead cost 2-4 us a generator, uncharged)."""
+        depth, self.source = self.source + 1, 0
+        self.charge(WRAPPER_UNITS)
+        return self.made(gen, depth) if depth > 1 else gen
 
     def int_text(self, x: Any) -> int:
         """Units of writing every integer inside `x` (nested containers included) as decimal text, quadratic in
@@ -351,6 +362,7 @@ def _nest_children(x: Any) -> Iterable[Any]:
     return args if type(args) is tuple else ()
 
 
+_NUMBERS = frozenset({int, float, bool})
 #: sized iterables whose elements C makes as it pulls them (`made_units`)
 _MAKES = frozenset({range, str, _VIEWS[2]})
 #: what `Meter.nest` walks: C recurses through these without a depth check (iterating, hashing)
@@ -515,6 +527,9 @@ def cmp_helper(meter: Meter) -> Callable[[str, Any, Any], Any]:
     """`_ambench_cmp(op, a, b)`: charge what the comparison touches, then compare."""
 
     def cmp(op: str, a: Any, b: Any) -> Any:
+        ta = type(a)
+        if (ta is int or ta is float) and type(b) in _NUMBERS:  # the common case: nothing to charge
+            return CMPOPS[op](a, b)
         if op in ("In", "NotIn"):
             tb = type(b)
             if tb is list or tb is tuple or tb is _VIEWS[1] or tb is _VIEWS[2]:
@@ -672,8 +687,11 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
                 # each element added (1 unit: the C pass that finds the integers' sizes is about as costly as
                 # the sum of small ones) and each integer's bits (issue 32: `sum([7 ** 1450] * 100000)` was
                 # charged 1 unit per 8 elements and took 70 x that)
-                meter.charge(1 + len(iterable) + sum(map(int.bit_length, compress(iterable, map(_INT_TYPE, map(type, iterable)))))
-                             // SUM_BITS_PER_UNIT)
+                if len(iterable) <= 16:  # setting up the C pass costs more than a short loop
+                    bits = sum([x.bit_length() for x in iterable if type(x) is int])
+                else:
+                    bits = sum(map(int.bit_length, compress(iterable, map(_INT_TYPE, map(type, iterable)))))
+                meter.charge(1 + len(iterable) + bits // SUM_BITS_PER_UNIT)
                 items = iterable
             else:
                 items = _metered_iter(meter, iterable, 1)  # per item pulled, and its size (an int's bits)
@@ -729,7 +747,7 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
         meter.charge(WRAPPER_UNITS)
         # 4 units an item: the function is called from C on every item, a bound method (`d.get`) at no
         # charge of its own (filter(d.get, big) measured 0.50-0.61 s at the full budget with 1 or 2)
-        depth = 1 + meter.nest(iterable)
+        depth = 1 + meter.nest(iterable) if type(iterable) in _NESTING else 1
         return meter.made(filter(function, _per_item(meter, iterable, 4)), depth)
 
     def unwrap(cls: Any) -> Any:
@@ -748,23 +766,30 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
             meter.charge(len(cls.__args__))
         return isinstance(obj, unwrap(cls))
 
+    nesting = _NESTING
+
     def many(fn: Callable[..., Any], first: int) -> Callable[..., Any]:
         # zip and map pull one item from each iterable per item they yield: a consumer pays ITEM_UNITS an
         # item, which covers a few iterables, not a hundred thousand
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             meter.charge(WRAPPER_UNITS + len(args))
             # one level more than its deepest source (iterating it recurses through them all in C)
-            depth = 1 + max(map(meter.nest, args[first:]), default=0)
             out = fn(*args, **kwargs)
             k = len(args) - first
+            if k <= ELEMS_PER_UNIT and nesting.isdisjoint(map(type, args)):
+                return out  # the common case: no source is itself an iterator
+            depth = 1 + max(map(meter.nest, args[first:]), default=0)
             return meter.made(out if k <= ELEMS_PER_UNIT else _per_item(meter, out, k), depth)  # a unit per pull: 16 ns
 
         return _named(wrapped, fn.__name__)
 
     def enumerate_(iterable: Any, start: Any = 0) -> Any:
-        # a level above its source, as map and zip (a chain of 200,000 enumerates overflowed the C stack)
-        depth = 1 + meter.nest(iterable)
-        return meter.made(enumerate(iterable, start), depth)
+        # a level above its source, as map and zip (a chain of 200,000 enumerates overflowed the C stack); the
+        # wrapper's own call charged, as every wrapper's (the builtin itself was handed out before)
+        meter.charge(WRAPPER_UNITS)
+        if type(iterable) not in _NESTING:
+            return enumerate(iterable, start)
+        return meter.made(enumerate(iterable, start), 1 + meter.nest(iterable))
 
     def print_(*args: Any, **kwargs: Any) -> None:
         return None  # harmless; the prompt asks for no prints
@@ -804,8 +829,10 @@ def generic_helper(real: dict[int, type], meter: Meter) -> Callable[[Any, Any], 
             args = k if type(k) is tuple else (k,)
             # one level above its deepest argument: hashing a generic alias recurses in C without a check
             # (`t = tuple[t]` 200,000 times, then `{t}`, overflowed the C stack)
-            depth = 1 + max(map(meter.nest, args), default=0)
-            return meter.made(types.GenericAlias(obj, args), depth)
+            meter.charge(WRAPPER_UNITS)
+            if _NESTING.isdisjoint(map(type, args)):
+                return types.GenericAlias(obj, args)
+            return meter.made(types.GenericAlias(obj, args), 1 + max(map(meter.nest, args)))
         return obj[key(k)]
 
     return generic

@@ -36,7 +36,8 @@ BINOP = "_ambench_binop"  #: binop(op, a, b, inplace): every binary operator, ch
 CMP = "_ambench_cmp"  #: cmp(op, a, b): a single comparison, charged
 SIZED = "_ambench_sized"  #: sized(x): x after charging its nested size
 CHAIN = "_ambench_chain"  #: chain(ops, a, *thunks): a chained comparison inside a comprehension's iterable
-NESTED = "_ambench_nested"  #: nested(x): x, after checking that a generator over it stays inside the depth bound
+NESTED = "_ambench_nested"  #: nested(gen): a generator expression just made, checked against the depth bound
+SOURCED = "_ambench_sourced"  #: sourced(x): a generator expression's source, its nesting depth noted for nested()
 UNPACKED = "_ambench_unpacked"  #: unpacked(x): x after charging the elements C makes out of it (*x, a, *b = x)
 TEMP = "_ambench_c"  #: prefix of the temporaries of a chained comparison (each middle operand evaluated once)
 RENDERED = "_ambench_rendered"  #: rendered(x): x after charging what rendering it as text costs (f-strings)
@@ -192,6 +193,10 @@ def _weight(nodes: list[ast.AST]) -> int:
         if isinstance(n, _NOT_COUNTED):
             continue
         count += CALL_NODE_UNITS if isinstance(n, _CALL_NODES) else 1
+        if isinstance(n, ast.Compare):
+            # a chain is one helper call per comparison (issue 32): `0 <= x < 24 != x` in a loop measured 0.90 s of
+            # CPU at the full budget charged as one
+            count += CALL_NODE_UNITS * (len(n.ops) - 1)
         if isinstance(n, (ast.FunctionDef, ast.Lambda)):
             stack.extend(n.args.defaults)
             stack.extend(d for d in n.args.kw_defaults if d is not None)
@@ -400,6 +405,7 @@ class _Meter(ast.NodeTransformer):
         if isinstance(node, ast.GeneratorExp):
             # a generator over a generator is one more level of C recursion when it is iterated (a 200,000-deep
             # chain overflowed the C stack): its depth is checked when it is made (Meter.nested)
+            node.generators[0].iter = _call(SOURCED, node.generators[0].iter)
             self._place(node, _position(node) or _START)  # its ticks: `visit` places only what is outside it
             return ast.copy_location(_call(NESTED, node), node)
         if isinstance(node, ast.SetComp):  # each element is hashed

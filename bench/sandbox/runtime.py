@@ -140,7 +140,7 @@ def environment(meter: meters.Meter, limits: Limits) -> dict[str, Any]:
     return {
         "__builtins__": builtins, "math": math_ns,
         policy.TICK: meter.tick, policy.BINOP: binop, policy.CMP: cmp, policy.CHAIN: meters.chain_helper(cmp),
-        policy.NESTED: meter.nested, policy.UNPACKED: meter.unpacked,
+        policy.NESTED: meter.nested, policy.SOURCED: meter.sourced, policy.UNPACKED: meter.unpacked,
         policy.SIZED: meter.charged, policy.RENDERED: meter.rendered, policy.COPIED: meter.copied,
         policy.KEY: meter.key, policy.ATTR: meters.attr_helper(meter, real),
         policy.SLICE: slice, policy.HASHED: meter.hashed, policy.GENERIC: meters.generic_helper(real, meter),

@@ -132,6 +132,12 @@ def programs(max_ops: int) -> dict[str, str]:
         "map(max, *[a] * 100000)": "a = [1] * 10\nwhile True:\n    x = list(map(max, *[a] * 100000))",
         # found after issue 22's table: dict items are pairs C makes, one per element
         "list(d.items())": "d = {i: i for i in range(100000)}\nwhile True:\n    x = list(d.items())",
+        # the wrappers and helpers issue 32 added to ordinary code: their own cost is charged
+        "enumerate calls": "a = [1, 2, 3]\nwhile True:\n    e = enumerate(a)",
+        "zip calls": "a = [1, 2, 3]\nwhile True:\n    z = zip(a, a)",
+        "generator expressions": "a = [1, 2, 3]\nwhile True:\n    g = (x for x in a)",
+        "sum of 3": "a = [1, 2, 3]\nwhile True:\n    s = sum(a)",
+        "chained comparisons": "x = 5\nwhile True:\n    t = 0 <= x < 24 != x",
         **issue_32_rows(),
     }
 
