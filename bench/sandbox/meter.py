@@ -830,6 +830,10 @@ def generic_helper(real: dict[int, type], meter: Meter) -> Callable[[Any, Any], 
             # one level above its deepest argument: hashing a generic alias recurses in C without a check
             # (`t = tuple[t]` 200,000 times, then `{t}`, overflowed the C stack)
             meter.charge(WRAPPER_UNITS)
+            if not _CONTAINERS_SET.isdisjoint(map(type, args)):
+                # a container inside an alias's arguments is nesting the depth bound would not see between two
+                # aliases (tuple[(deep,)] over and over): an alias's arguments are types, aliases or constants
+                raise TypeError("a generic alias's arguments must be types, not containers, in the sandbox")
             if _NESTING.isdisjoint(map(type, args)):
                 return types.GenericAlias(obj, args)
             return meter.made(types.GenericAlias(obj, args), 1 + max(map(meter.nest, args)))

@@ -88,6 +88,11 @@ def test_the_depth_bound_is_exact_and_ordinary_chains_run():
     alias = "t = int\nfor i in range({n}):\n    t = tuple[t]\ns = {{t}}\nfill('red')"
     assert execute(alias.format(n=1000)).outcome == "ok"
     assert execute(alias.format(n=1001)).outcome == "budget"
+    # an alias cannot hide nesting between its levels: its arguments are types, aliases or constants
+    hidden = "d = ()\nfor i in range(900):\n    d = (d,)\nt = int\nfor i in range(3):\n    t = tuple[t, (d,)]\nfill('red')"
+    r = execute(hidden)
+    assert r.outcome == "runtime" and "generic alias" in r.reason, (r.outcome, r.reason)
+    assert execute("P = tuple[int, int]\nQ = list[P]\nR = tuple[(int, float)]\nfill('red')").outcome == "ok"
     # two chains built in turn (the remembered last link misses every time): the same bound, walked
     two = "a = [1]\nb = [1]\nfor i in range({n}):\n    a = zip(a)\n    b = enumerate(b)\nfill('red')"
     assert execute(two.format(n=1000)).outcome == "ok"
