@@ -93,10 +93,14 @@ def test_the_depth_bound_is_exact_and_ordinary_chains_run():
     r = execute(hidden)
     assert r.outcome == "runtime" and "generic alias" in r.reason, (r.outcome, r.reason)
     assert execute("P = tuple[int, int]\nQ = list[P]\nR = tuple[(int, float)]\nfill('red')").outcome == "ok"
-    # two chains built in turn (the remembered last link misses every time): the same bound, walked
+    # two chains built in turn (the remembered last link misses every time): the same bound, each chain walked
+    # again at every link (40 units a level: 80 million units in all, so a budget that lets the walk finish)
     two = "a = [1]\nb = [1]\nfor i in range({n}):\n    a = zip(a)\n    b = enumerate(b)\nfill('red')"
-    assert execute(two.format(n=1000)).outcome == "ok"
-    assert execute(two.format(n=1001)).outcome == "budget"
+    roomy = Limits(max_ops=10**8, cpu_seconds=60)
+    assert execute(two.format(n=1000), limits=roomy).outcome == "ok"
+    over = execute(two.format(n=1001), limits=roomy)
+    assert over.outcome == "budget" and "levels deep" in over.reason, over.reason
+    assert execute(two.format(n=1000)).outcome == "budget"  # at the default budget the walks run out first
 
 
 CHAINS = """

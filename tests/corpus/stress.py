@@ -138,6 +138,9 @@ def programs(max_ops: int) -> dict[str, str]:
         "generator expressions": "a = [1, 2, 3]\nwhile True:\n    g = (x for x in a)",
         "sum of 3": "a = [1, 2, 3]\nwhile True:\n    s = sum(a)",
         "chained comparisons": "x = 5\nwhile True:\n    t = 0 <= x < 24 != x",
+        "filter of filter": "a = [1, 2, 3]\nwhile True:\n    f = filter(None, filter(None, a))",
+        "zip of map": "a = [1, 2, 3]\nwhile True:\n    z = zip(map(abs, a), a)",
+        "generator of generator": "a = [1, 2, 3]\nwhile True:\n    g = (y for y in (x for x in a))",
         **issue_32_rows(),
     }
 
