@@ -266,10 +266,13 @@ class Meter:
         while stack:
             y = stack.pop()
             values = (*y.keys(), *y.values()) if type(y) is dict else y
-            kinds = list(map(type, values))
-            big = filter(_OVER_ONE_LIMB, map(int.bit_length, compress(values, map(_INT_TYPE, kinds))))
-            total += sum(map(_quadratic, big))
-            stack.extend(compress(values, map(_CONTAINERS_SET.__contains__, kinds)))
+            kinds = set(map(type, values))  # one C pass; the others only when there are ints or containers
+            if int in kinds:
+                bits = list(map(int.bit_length, compress(values, map(operator.is_, map(type, values), repeat(int)))))
+                if max(bits) > 511:  # most are small: then nothing more to add
+                    total += sum(map(_quadratic, filter(_OVER_ONE_LIMB, bits)))
+            if not _CONTAINERS_SET.isdisjoint(kinds):
+                stack.extend(compress(values, map(_CONTAINERS_SET.__contains__, map(type, values))))
         return total
 
     def charged(self, x: Any) -> Any:
@@ -373,7 +376,6 @@ _NUMBERS = frozenset({int, float, bool})
 _MAKES = frozenset({range, str, _VIEWS[2]})
 #: what `Meter.nest` walks: C recurses through these without a depth check (iterating, hashing)
 _NESTING = frozenset({enumerate, map, zip, filter, types.GeneratorType, types.GenericAlias})
-_INT_TYPE = functools.partial(operator.is_, int)
 _CONTAINERS_SET = frozenset(_CONTAINERS)
 _OVER_ONE_LIMB = functools.partial(operator.lt, 511)  #: ints whose decimal text costs more than a unit or so
 
@@ -696,7 +698,7 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
                 if len(iterable) <= 16:  # setting up the C pass costs more than a short loop
                     bits = sum([x.bit_length() for x in iterable if type(x) is int])
                 else:
-                    bits = sum(map(int.bit_length, compress(iterable, map(_INT_TYPE, map(type, iterable)))))
+                    bits = sum(map(int.bit_length, compress(iterable, map(operator.is_, map(type, iterable), repeat(int)))))
                 meter.charge(1 + len(iterable) + bits // SUM_BITS_PER_UNIT)
                 items = iterable
             else:
@@ -782,10 +784,11 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
             # one level more than its deepest source (iterating it recurses through them all in C)
             out = fn(*args, **kwargs)
             k = len(args) - first
-            if k <= ELEMS_PER_UNIT and nesting.isdisjoint(map(type, args)):
+            if k > ELEMS_PER_UNIT:
+                out = _per_item(meter, out, k)  # a unit per pull: 16 ns measured
+            if nesting.isdisjoint(map(type, args)):
                 return out  # the common case: no source is itself an iterator
-            depth = 1 + max(map(meter.nest, args[first:]), default=0)
-            return meter.made(out if k <= ELEMS_PER_UNIT else _per_item(meter, out, k), depth)  # a unit per pull: 16 ns
+            return meter.made(out, 1 + max(map(meter.nest, args[first:]), default=0))
 
         return _named(wrapped, fn.__name__)
 
