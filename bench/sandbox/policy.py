@@ -17,7 +17,10 @@ name) and every node must be of an allowed type. On top of that:
 `instrument()` then inserts the work-unit charges (bench.sandbox.meter): a tick of the code's static
 size at every loop pass, function entry and comprehension item, and routes every binary operator,
 comparison, allowed method, slice, `*args` and f-string value through checked helpers that charge the
-elements and bits they touch, so a program's work is metered deterministically, without tracing.
+elements and bits they touch, so a program's work is metered deterministically, without tracing. A chained
+comparison becomes single comparisons joined by `and` (with `:=` temporaries, or thunks inside a comprehension's
+iterable), so it meets the same rules as one (issue 32); every generator expression is checked against the
+meter's depth bound when it is made.
 Private names cannot be written by the program, so it cannot touch them.
 """
 
