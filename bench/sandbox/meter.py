@@ -219,9 +219,9 @@ class Meter:
             if seen.get(id(y), 0) >= level:
                 continue
             seen[id(y)] = level
-            # its sources found through `__reduce__` (about 1 us with the walk) or a generator's frame locals (1-2 us): at 8
-            # units, `zip(map(abs, a), a)` in a loop measured 0.54 s at the full budget, a generator of a
-            # generator 0.65 s
+            # its sources found through `__reduce__` (about 1 us with the walk) or a generator's frame locals
+            # (1-2 us): at 8 units, `zip(map(abs, a), a)` in a loop measured 0.54 s at the full budget, a
+            # generator of a generator 0.65 s
             self.charge(GEN_WALK_UNITS if type(y) is types.GeneratorType else NEST_WALK_UNITS)
             deepest = max(deepest, level)
             stack.extend((c, level + 1) for c in _nest_children(y) if type(c) in _NESTING)
@@ -698,7 +698,8 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
                 if len(iterable) <= 16:  # setting up the C pass costs more than a short loop
                     bits = sum([x.bit_length() for x in iterable if type(x) is int])
                 else:
-                    bits = sum(map(int.bit_length, compress(iterable, map(operator.is_, map(type, iterable), repeat(int)))))
+                    ints = compress(iterable, map(operator.is_, map(type, iterable), repeat(int)))
+                    bits = sum(map(int.bit_length, ints))
                 meter.charge(1 + len(iterable) + bits // SUM_BITS_PER_UNIT)
                 items = iterable
             else:
@@ -810,7 +811,8 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
 
     table = {
         "abs": abs, "min": minmax(min), "max": minmax(max), "range": _named(rng, "range"), "len": len, **typed,
-        "round": _named(round_, "round"), "enumerate": _named(enumerate_, "enumerate"), "zip": many(zip, 0), "sum": _named(sum_, "sum"),
+        "round": _named(round_, "round"), "enumerate": _named(enumerate_, "enumerate"), "zip": many(zip, 0),
+        "sum": _named(sum_, "sum"),
         "sorted": _named(sorted_, "sorted"), "reversed": reversed, "bool": bool, "any": consume(any),
         "all": consume(all), "map": many(map, 1), "filter": _named(filter_, "filter"), "pow": _named(pow_, "pow"),
         "divmod": _named(divmod_, "divmod"), "isinstance": _named(isinstance_, "isinstance"),
@@ -1139,7 +1141,8 @@ MATH_RULES: dict[str, str] = {
     "comb": "refused when the result passes MAX_INT_BITS (k log2 n); k times the result's limbs",
     "perm": "as comb",
     "prod": "per item pulled, each product as the `*` operator",
-    "gcd": "one pair at a time, each step quadratic in its operands' limbs", "lcm": "as gcd; every intermediate checked",
+    "gcd": "one pair at a time, each step quadratic in its operands' limbs",
+    "lcm": "as gcd; every intermediate checked",
     "isqrt": "quadratic in the argument's limbs",
     "fsum": "per item pulled",
     "dist": "1 unit per coordinate of both points (17 ns a coordinate measured)",
@@ -1200,7 +1203,8 @@ def math_functions(meter: Meter, max_collection: int = 1_000_000) -> dict[str, C
                 return _check_int(fn(*args), f"math.{name}")
             acc = args[0]
             for a in args[1:]:
-                # a Python step per argument (at ITEM_UNITS, `math.gcd(*range(1, 200000))` measured 0.63 s at the budget)
+                # a Python step per argument (at ITEM_UNITS, `math.gcd(*range(1, 200000))` measured 0.63 s at
+                # the full budget)
                 meter.tick(WRAPPER_UNITS + _limbs(_int_bits(acc)) * _limbs(_int_bits(a)) // 4)
                 acc = _check_int(fn(acc, a), f"math.{name}")
             return acc

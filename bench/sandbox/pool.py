@@ -7,7 +7,8 @@ small batches to amortise the pipe. A worker that dies (CPU backstop, out of mem
 malformed or oversized message) is replaced; the attempt it was on gets its outcome (`timeout`,
 `memory`, `crash`) and the rest of its batch goes back on the queue. A worker whose CPU time does not
 move at all for the far wall-clock backstop (`Limits.wall_seconds`) is killed and its attempt recorded
-as `backstop`: a worker that is working, however slowly the machine lets it, is left to its CPU clocks. A worker that asks to be
+as `backstop`: a worker that is working, however slowly the machine lets it, is left to its CPU
+clocks. A worker that asks to be
 recycled (its heap grew) is replaced without charging anyone. Results do not depend on scheduling,
 on the number of workers or on the machine's load (see bench.sandbox.worker).
 

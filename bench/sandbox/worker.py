@@ -256,7 +256,8 @@ def fixed_stack() -> None:
     if soft == STACK_BYTES:
         return
     if hard != resource.RLIM_INFINITY and hard < STACK_BYTES:
-        print(f"sandbox worker: the hard stack limit {hard} is under {STACK_BYTES} bytes; keeping {soft}", file=sys.stderr)
+        print(f"sandbox worker: the hard stack limit {hard} is under {STACK_BYTES} bytes; keeping {soft}",
+              file=sys.stderr)
         return
     resource.setrlimit(resource.RLIMIT_STACK, (STACK_BYTES, hard))
     os.execv(sys.executable, [sys.executable, "-m", "bench.sandbox.worker", *sys.argv[1:]])
