@@ -26,7 +26,7 @@ from shapely.geometry.base import BaseGeometry
 
 from bench.canvas import geometry as G
 from bench.canvas import raster as R
-from bench.canvas.palette import RGB, ColorError, Palette, v1_palette
+from bench.canvas.palette import RGB, ColorError, Palette, brief, v1_palette
 
 
 class DrawError(ValueError):
@@ -329,7 +329,7 @@ class Canvas:
             if "points" in kwargs:
                 args.insert(0, kwargs.pop("points"))
             if kwargs:
-                raise DrawError(f"{prim.name}() got unexpected keyword {next(iter(kwargs))!r}")
+                raise DrawError(f"{prim.name}() got unexpected keyword {brief(next(iter(kwargs)))}")
             if color is None and len(args) == 2:
                 color = args.pop()
             if len(args) != 1 or color is None:
@@ -356,7 +356,7 @@ class Canvas:
             if nm in kwargs:
                 values.append(kwargs.pop(nm))
         if kwargs:
-            raise DrawError(f"{prim.name}() got unexpected keyword {next(iter(kwargs))!r}")
+            raise DrawError(f"{prim.name}() got unexpected keyword {brief(next(iter(kwargs)))}")
         if color is None and len(rest) == 1:
             color = rest.pop()
         if len(values) != len(names) or rest or color is None:

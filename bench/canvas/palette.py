@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import reprlib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -10,6 +11,17 @@ from typing import Mapping
 
 RGB = tuple[int, int, int]
 
+
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxother = 3, 40
+
+
+def brief(value: object, width: int = 60) -> str:
+    """A repr of `value` of at most `width` characters, bounded *before* it is built: `f'{x!r:.60}'` builds the
+    whole repr and then cuts it, so `fill((big, 0, 0))` rendered a list of 100,000 big integers in full inside
+    one error message, outside every charge (issue 32). reprlib shows a few elements of a few levels."""
+    return _BRIEF.repr(value)[:width]
 
 class ColorError(ValueError):
     """A colour argument that is not a palette name, a CSS name, '#rrggbb'/'#rgb' or an (r, g, b) triple."""
@@ -35,12 +47,12 @@ class Palette:
             out = []
             for v in color[:3]:
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise ColorError(f"colour components must be numbers, got {color!r:.60}")
+                    raise ColorError(f"colour components must be numbers, got {brief(color)}")
                 if v != v:  # NaN
                     raise ColorError("colour component is NaN")
                 out.append(int(min(255, max(0, round(v)))))
             return (out[0], out[1], out[2])
-        raise ColorError(f"unsupported colour {color!r:.60}: use a palette name, '#rrggbb' or (r, g, b)")
+        raise ColorError(f"unsupported colour {brief(color)}: use a palette name, '#rrggbb' or (r, g, b)")
 
     def _rgb_from_str(self, text: str) -> RGB:
         if len(text) > 64:

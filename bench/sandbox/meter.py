@@ -34,6 +34,18 @@ exact type of its object; the math namespace holds only what has a rule). What m
   a tuple, and a 400,000-deep one overflowed the worker's stack); compares and reprs stop at Python's own
   recursion limit;
 - no text a program can build holds a heap address (`scrub`), so nothing it computes depends on one.
+
+**Charges by mechanism** (issue 32: a table per callable kept missing paths; 9 classes, 35 programs ended
+`crash` or `timeout`, some differently under load). Beside the table, rules that hold whichever callable runs:
+- everything C recurses through without a depth check is bounded when it is made (`Meter.nest`): iterators
+  over iterators (`enumerate`, `map`, `zip`, `filter`, generator expressions) and generic aliases of generic
+  aliases, at `MAX_DEPTH` levels (200,000 of them overflowed the C stack: `crash`, at a depth set by the host);
+- a C pass over a sized iterable pays per element it *makes* (`made_units`: a range's ints, non-ASCII text's
+  characters, `dict.items()`'s pairs), not per reference copied, wherever the pass happens;
+- integers are charged by their size wherever they are written as text (`Meter.int_text`: inside containers,
+  by `%`, f-strings, `str`) or summed; folds that can grow (`math.lcm`) go one checked pair at a time;
+- chained comparisons are single comparisons joined by `and` (bench.sandbox.policy), so they meet the same rules;
+- no error message is built from an unbounded repr (`index_of`; bench.canvas.palette.brief).
 """
 
 from __future__ import annotations
@@ -81,13 +93,14 @@ _NESTED = frozenset({list, tuple, set, frozenset, dict, str})
 #: dict views: sized, and scanned in C like the dict they show
 _VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 _SIZED = (*_CONTAINERS, str, range, *_VIEWS)
-#: units between two calls of a Meter's `progress` callback (about 45 ms of CPU)
-PROGRESS_UNITS = 1_000_000
 #: units of visiting one nested container in the walk of `Meter.size` (its own cost, about 300 ns)
 WALK_UNITS = 8
 #: nesting a walk may meet: CPython hashes a tuple by recursing in C, without a depth check (a 400,000-deep
 #: tuple overflowed the worker's stack); Python's own recursion limit stops compares and reprs at about this
 MAX_DEPTH = 1_000
+#: units of finding what one iterator or alias nests (`Meter.nest`): its `__reduce__`, or a generator's frame
+NEST_WALK_UNITS = 40
+GEN_WALK_UNITS = 64
 #: CPython's default substring search (stringlib/fastsearch.h, haystacks under 30,000 characters or needles
 #: under 6) may compare up to the needle's length at every position: 0.17 ns per position and character
 #: measured (`'a' * 29000` searched for `'a' * 50 + 'b' + 'a' * 48`: 0.5 ms), so a unit pays for 128
@@ -95,6 +108,17 @@ SEARCH_WINDOW = 100
 SEARCH_PER_UNIT = 128
 #: str.strip(chars) looks every stripped character up in `chars` (a memchr: 0.01 ns a character measured)
 STRIP_PER_UNIT = 1024
+#: the same lookup when either string is not ASCII: a loop per character, not a memchr (issue 32: a strip of
+#: 100,000 CJK characters with 1,001 of them in `chars` took about 50 x what 1 / 1024 paid for)
+WIDE_STRIP_PER_UNIT = 16
+#: units per element a C pass *makes*, not copies (issue 32): an int out of a range (over 256 it is allocated), a
+#: 1-character string out of non-ASCII text (below 256 they are cached), a pair out of `dict.items()`; `list(range(
+#: 10 ** 6))` was charged as a copy of references, 1 unit per 8, and used 19-24 x the calibration loop's CPU;
+#: at 1 unit, `list(d.items())` and `tuple` of wide text measured 0.55-0.57 s at the full budget, over the bench's 0.6 s
+#: once the calibration loop's 0.08 s moment is scaled to its usual 0.13 s)
+MADE_UNITS = 2
+#: bits of integers one unit of `sum` adds (an addition of two 4,096-bit integers allocates a 4,096-bit result)
+SUM_BITS_PER_UNIT = 256
 #: characters of a float literal `float()` parses per unit (1 ns a character measured on a 1M-digit one)
 FLOAT_CHARS_PER_UNIT = 16
 
@@ -102,22 +126,18 @@ FLOAT_CHARS_PER_UNIT = 16
 class Meter:
     """Work units spent by one program, raising BudgetExceeded past `cap`."""
 
-    __slots__ = ("units", "cap", "limit", "progress")
+    __slots__ = ("units", "cap", "limit", "nests", "source")
 
-    def __init__(self, cap: int, progress: Callable[[], None] | None = None) -> None:
+    def __init__(self, cap: int) -> None:
         self.units = 0
-        self.limit = cap  #: the budget
-        #: the next point at which the hot path looks up: the budget, or the next PROGRESS_UNITS when a
-        #: `progress` callback is set (the worker's wall clock is re-armed there: a program that is still
-        #: being charged is not stuck inside C). So `tick` costs no more with a callback than without.
-        self.progress = progress
-        self.cap = cap if progress is None else min(cap, PROGRESS_UNITS)
+        self.limit = self.cap = cap  #: the budget
+        #: the iterators and generic aliases this program built last, id -> (object, nesting depth): a chain
+        #: built in a loop finds its previous link here instead of walking it again (`Meter.nest`)
+        self.nests: dict[int, tuple[Any, int]] = {}
+        self.source = 0  #: the nesting depth of the generator expression's source just evaluated (`sourced`)
 
     def _passed(self) -> None:
-        if self.units > self.limit:
-            raise BudgetExceeded(f"more than {self.limit} work units (operations and the elements they touch)")
-        self.progress()  # type: ignore[misc]
-        self.cap = min(self.limit, self.units + PROGRESS_UNITS)
+        raise BudgetExceeded(f"more than {self.limit} work units (operations and the elements they touch)")
 
     def charge(self, n: int) -> None:
         self.units += n
@@ -173,6 +193,88 @@ class Meter:
                 self.charge(total)  # raises
         return total
 
+    def nest(self, x: Any) -> int:
+        """How deeply `x` nests what C recurses through without a depth check: iterators that pull from
+        iterators (`enumerate`, `map`, `zip`, `filter`, generators) when they are iterated, generic aliases of
+        generic aliases when they are hashed (issue 32: 200,000 levels of either overflowed the C stack, a
+        `crash` at a depth set by the host's `ulimit -s`). 0 for anything else. Walked without recursion,
+        each nesting object charged WALK_UNITS, the last chain link built found in `nests`; raises past
+        MAX_DEPTH."""
+        if type(x) not in _NESTING:
+            return 0
+        hit = self.nests.get(id(x))
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        deepest, seen, stack = 0, {}, [(x, 1)]
+        while stack:
+            y, level = stack.pop()
+            if level > MAX_DEPTH:
+                raise BudgetExceeded(f"iterators or generic aliases nested more than {MAX_DEPTH} levels deep")
+            hit = self.nests.get(id(y))
+            if hit is not None and hit[0] is y:
+                deepest = max(deepest, level + hit[1] - 1)
+                if deepest > MAX_DEPTH:
+                    raise BudgetExceeded(f"iterators or generic aliases nested more than {MAX_DEPTH} levels deep")
+                continue
+            if seen.get(id(y), 0) >= level:
+                continue
+            seen[id(y)] = level
+            # its sources found through `__reduce__` (about 1 us with the walk) or a generator's frame locals
+            # (1-2 us): at 8 units, `zip(map(abs, a), a)` in a loop measured 0.54 s at the full budget, a
+            # generator of a generator 0.65 s
+            self.charge(GEN_WALK_UNITS if type(y) is types.GeneratorType else NEST_WALK_UNITS)
+            deepest = max(deepest, level)
+            stack.extend((c, level + 1) for c in _nest_children(y) if type(c) in _NESTING)
+        return deepest
+
+    def made(self, x: Any, depth: int) -> Any:
+        """`x`, a nesting object just built `depth` levels deep, remembered when it is part of a chain (depth 2
+        or more: a single level walks in one step), so the next link finds it. One is kept: it holds the objects
+        it pulls from alive until the next chain link, so more would change what a program's memory holds."""
+        if depth > MAX_DEPTH:
+            raise BudgetExceeded(f"iterators or generic aliases nested more than {MAX_DEPTH} levels deep")
+        if depth > 1:
+            self.nests = {id(x): (x, depth)}
+        return x
+
+    def sourced(self, x: Any) -> Any:
+        """The source of a generator expression (its first iterable), its depth noted for `nested`, which runs
+        as soon as the generator is made (nothing of the program runs in between: the interpreter only calls
+        `iter` on the source, and a program cannot define `__iter__`)."""
+        self.source = self.nest(x) if type(x) in _NESTING else 0
+        return x
+
+    def nested(self, gen: Any) -> Any:
+        """A generator expression just made, one level above its source (a generator over a generator is one
+        more level of C recursion when it is iterated). Its helpers' own cost, 8 units (finding the depth from
+        the generator's frame instead cost 2-4 us a generator, uncharged)."""
+        depth, self.source = self.source + 1, 0
+        self.charge(WRAPPER_UNITS)
+        return self.made(gen, depth) if depth > 1 else gen
+
+    def int_text(self, x: Any) -> int:
+        """Units of writing every integer inside `x` (nested containers included) as decimal text, quadratic in
+        its limbs (CPython's int-to-decimal is): `str([7 ** 1450] * 1000)` was charged 5 units an element and
+        took 270-470 x that (issue 32). The walk is C-speed per container and follows `size`, which the caller
+        charged first (so it is bounded in depth and in work)."""
+        t = type(x)
+        if t is int:
+            return _quadratic(x.bit_length())
+        if t not in _CONTAINERS:
+            return 0
+        total, stack = 0, [x]
+        while stack:
+            y = stack.pop()
+            values = (*y.keys(), *y.values()) if type(y) is dict else y
+            kinds = set(map(type, values))  # one C pass; the others only when there are ints or containers
+            if int in kinds:
+                bits = list(map(int.bit_length, compress(values, map(operator.is_, map(type, values), repeat(int)))))
+                if max(bits) > 511:  # most are small: then nothing more to add
+                    total += sum(map(_quadratic, filter(_OVER_ONE_LIMB, bits)))
+            if not _CONTAINERS_SET.isdisjoint(kinds):
+                stack.extend(compress(values, map(_CONTAINERS_SET.__contains__, map(type, values))))
+        return total
+
     def charged(self, x: Any) -> Any:
         """`x`, after charging its nested size (wraps chained comparisons' operands)."""
         self.charge(self.size(x))
@@ -185,7 +287,8 @@ class Meter:
         which the rewriter then drops), without the heap addresses its repr would show (`scrub`)."""
         if width > MAX_FORMAT_WIDTH:
             raise BudgetExceeded(f"format width or precision {width} over {MAX_FORMAT_WIDTH}")
-        self.charge(REPR_UNITS * self.size(x) + (_int_bits(x) // 64) ** 2 // 8 + width // CHARS_PER_UNIT)
+        self.charge(REPR_UNITS * self.size(x) + width // CHARS_PER_UNIT)
+        self.charge(self.int_text(x))
         if type(x) in _PLAIN_TEXT:
             return x if conversion == -1 else _CONVERSIONS[conversion](x)
         if spec and conversion == -1:
@@ -197,6 +300,14 @@ class Meter:
         assignment: a copy of references); an unsized iterator comes back charging per item."""
         if isinstance(x, _SIZED):
             self.charge(flat(x))
+            return x
+        return _metered_iter(self, x)
+
+    def unpacked(self, x: Any) -> Any:
+        """`x`, after charging the elements C makes of it (`[*x]`, `f(*x)`, `a, *b = x`): an unsized iterator comes
+        back charging per item, a range or non-ASCII text per element made (`made_units`)."""
+        if isinstance(x, _SIZED):
+            self.charge(made_units(x))
             return x
         return _metered_iter(self, x)
 
@@ -234,6 +345,45 @@ def flat(x: Any) -> int:
     if t in (list, tuple, set, frozenset, dict, range) or t in _VIEWS:
         return 1 + len(x) // ELEMS_PER_UNIT
     return 1
+
+
+def made_units(x: Any) -> int:
+    """Units of a C pass that makes the elements of `x` one by one (MADE_UNITS each where they are new objects:
+    a range's ints, non-ASCII text's characters, `dict.items()`'s pairs), else a copy of references (`flat`)."""
+    t = type(x)
+    if t is range or t is _VIEWS[2]:
+        return 1 + MADE_UNITS * len(x)
+    if t is str:
+        return 1 + (len(x) // ELEMS_PER_UNIT if x.isascii() else MADE_UNITS * len(x))
+    return flat(x)
+
+
+def _nest_children(x: Any) -> Iterable[Any]:
+    """What a nesting object pulls from or holds: an iterator's sources (from its `__reduce__`, which names
+    them), a generator's locals (a generator expression's source is its `.0`), a generic alias's arguments."""
+    t = type(x)
+    if t is types.GeneratorType:
+        frame = x.gi_frame
+        return tuple(frame.f_locals.values()) if frame is not None else ()
+    if t is types.GenericAlias:
+        return x.__args__
+    args = x.__reduce__()[1]
+    return args if type(args) is tuple else ()
+
+
+_NUMBERS = frozenset({int, float, bool})
+#: sized iterables whose elements C makes as it pulls them (`made_units`)
+_MAKES = frozenset({range, str, _VIEWS[2]})
+#: what `Meter.nest` walks: C recurses through these without a depth check (iterating, hashing)
+_NESTING = frozenset({enumerate, map, zip, filter, types.GeneratorType, types.GenericAlias})
+_CONTAINERS_SET = frozenset(_CONTAINERS)
+_OVER_ONE_LIMB = functools.partial(operator.lt, 511)  #: ints whose decimal text costs more than a unit or so
+
+
+def _quadratic(bits: int) -> int:
+    """Units of writing an int of `bits` bits in decimal (CPython's conversion is quadratic in the limbs: at
+    limbs ** 2 / 8, `'%s' % (x,)` of a 4,070-bit x measured 0.39 s at the full budget in a fast moment)."""
+    return (bits // 64) ** 2 // 6
 
 
 def _int_bits(x: Any) -> int:
@@ -355,6 +505,7 @@ def binop_helper(meter: Meter, max_collection: int, real: dict[int, type] | None
                     return (INPLACE if inplace else BINOPS)[op](a, b)
         if op == "Mod" and ta is str:  # printf-style formatting renders its arguments in full, padded
             meter.charge(meter.size(a) + REPR_UNITS * meter.size(b) + _printf_units(a, b))
+            meter.charge(meter.int_text(b))  # '%d' % big, '%s' % ([big] * 1000,): decimal text is quadratic
             r = BINOPS[op](a, b)
             return r if tb in _PLAIN_TEXT or (tb is tuple and _PLAIN_TEXT.issuperset(map(type, b))) else scrub(r)
         if op == "BitOr" and (id(a) in real or id(b) in real):  # `int | float`: the types' union
@@ -373,7 +524,8 @@ def binop_helper(meter: Meter, max_collection: int, real: dict[int, type] | None
             elif isinstance(a, _SIZED) or isinstance(b, _SIZED):
                 # concatenation: a copy of both; in place, the right one into a growing list (its
                 # reallocations and fresh pages cost about as much again)
-                meter.charge(2 * flat(b) if inplace and ta is list else flat(a) + flat(b))
+                # (`a += s` makes the elements of a range or of non-ASCII text: `made_units`)
+                meter.charge(2 * made_units(b) if inplace and ta is list else flat(a) + flat(b))
         return (INPLACE if inplace else BINOPS)[op](a, b)
 
     return binop
@@ -383,6 +535,9 @@ def cmp_helper(meter: Meter) -> Callable[[str, Any, Any], Any]:
     """`_ambench_cmp(op, a, b)`: charge what the comparison touches, then compare."""
 
     def cmp(op: str, a: Any, b: Any) -> Any:
+        ta = type(a)
+        if (ta is int or ta is float) and type(b) in _NUMBERS:  # the common case: nothing to charge
+            return CMPOPS[op](a, b)
         if op in ("In", "NotIn"):
             tb = type(b)
             if tb is list or tb is tuple or tb is _VIEWS[1] or tb is _VIEWS[2]:
@@ -407,6 +562,24 @@ def cmp_helper(meter: Meter) -> Callable[[str, Any, Any], Any]:
     return cmp
 
 
+def chain_helper(cmp: Callable[[str, Any, Any], Any]) -> Callable[..., Any]:
+    """`_ambench_chain(ops, a, *thunks)`: a chained comparison whose later operands are thunks (in a
+    comprehension's iterable, where the instrumenter cannot use `:=`): each comparison through `cmp`, each
+    operand evaluated once and only when reached, the first false result returned, as the chain does."""
+
+    def chain(ops: tuple[str, ...], a: Any, *thunks: Callable[[], Any]) -> Any:
+        r: Any = True
+        for op, thunk in zip(ops, thunks):
+            b = thunk()
+            r = cmp(op, a, b)
+            if not r:
+                return r
+            a = b
+        return r
+
+    return chain
+
+
 def search_units(n: int, m: int) -> int:
     """Units of a substring search of a needle of `m` characters in a haystack of `n` (see SEARCH_PER_UNIT)."""
     return 1 + n // CHARS_PER_UNIT + n * min(m, SEARCH_WINDOW) // SEARCH_PER_UNIT
@@ -416,7 +589,8 @@ def _metered_iter(meter: Meter, it: Iterable[Any], deep: int = 0) -> Iterable[An
     """Items of an iterable a builtin consumes in C: sized ones charged up front (`deep` units per
     nested element when the builtin hashes or compares them), others per item."""
     if isinstance(it, _SIZED):
-        meter.charge(deep * meter.size(it) if deep else flat(it))
+        # the elements C makes (a range's ints, non-ASCII characters), then the hashes or compares of them
+        meter.charge(deep * meter.size(it) + (made_units(it) if type(it) in _MAKES else 0) if deep else made_units(it))
         return it
 
     def gen() -> Iterable[Any]:
@@ -436,7 +610,8 @@ BUILTIN_RULES: dict[str, str] = {
     "abs": "constant (an int of at most MAX_INT_BITS bits, or a float)",
     "bool": "constant (a container's truth is its length)",
     "len": "constant",
-    "enumerate": "constant to build; its items are charged by whoever consumes them",
+    "enumerate": "constant to build, and its source's nesting (refused past MAX_DEPTH); its items are charged by "
+                 "whoever consumes them",
     "zip": "1 unit per iterable to build; with more than 8 iterables, an item (one pull from each) costs "
            "1 unit per iterable more (zip(*[a] * 100000) built 100,000-tuples for 3 units)",
     "map": "as zip (each call gets one argument per iterable)",
@@ -445,7 +620,8 @@ BUILTIN_RULES: dict[str, str] = {
     "range": "constant; refused over Limits.max_range elements",
     "min": "2 arguments: both sizes; 1 iterable: 1 unit per nested element pulled (each is compared)",
     "max": "as min",
-    "sum": "1 unit per 8 elements of a sized iterable or 4 per item pulled; lists and tuples: each concatenation",
+    "sum": "1 unit per element of a list or tuple and its integers' bits / 256, or 4 per item pulled and its size; "
+           "lists and tuples: each concatenation",
     "sorted": "the items copied, then n log2 n / 2 compares of the elements' sizes (of the keys, with `key`)",
     "any": "per item pulled", "all": "per item pulled",
     "list": "per item pulled (a copy: 1 unit per 8 elements of a sized one)",
@@ -462,7 +638,7 @@ BUILTIN_RULES: dict[str, str] = {
     "print": "constant (prints nothing)",
 }
 #: the wrappers that stand for a builtin type (`isinstance(x, str)`, `str.lower`, `tuple[int, int]` use the type)
-_WRAPPED_TYPES = ("int", "float", "list", "tuple", "dict", "set", "str", "zip", "map")
+_WRAPPED_TYPES = ("int", "float", "list", "tuple", "dict", "set", "str", "zip", "map", "enumerate", "filter")
 
 
 def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -514,14 +690,26 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
 
     def sum_(iterable: Any, /, start: Any = 0) -> Any:
         meter.charge(WRAPPER_UNITS)
-        items = _metered_iter(meter, iterable)
         if type(start) in (int, float, bool):
+            if type(iterable) in (list, tuple):
+                # each element added (1 unit: the C pass that finds the integers' sizes is about as costly as
+                # the sum of small ones) and each integer's bits (issue 32: `sum([7 ** 1450] * 100000)` was
+                # charged 1 unit per 8 elements and took 70 x that)
+                if len(iterable) <= 16:  # setting up the C pass costs more than a short loop
+                    bits = sum([x.bit_length() for x in iterable if type(x) is int])
+                else:
+                    ints = compress(iterable, map(operator.is_, map(type, iterable), repeat(int)))
+                    bits = sum(map(int.bit_length, ints))
+                meter.charge(1 + len(iterable) + bits // SUM_BITS_PER_UNIT)
+                items = iterable
+            else:
+                items = _metered_iter(meter, iterable, 1)  # per item pulled, and its size (an int's bits)
             r = sum(items, start)
             return _check_int(r, "sum")
         if type(start) is str:  # as Python: sum() refuses strings
             raise TypeError("sum() can't sum strings [use ''.join(seq) instead]")
         acc = start  # sum of lists/tuples: a concatenation per item, each charged
-        for x in items:
+        for x in _metered_iter(meter, iterable):
             acc = binop("Add", acc, x)
         return acc
 
@@ -568,7 +756,8 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
         meter.charge(WRAPPER_UNITS)
         # 4 units an item: the function is called from C on every item, a bound method (`d.get`) at no
         # charge of its own (filter(d.get, big) measured 0.50-0.61 s at the full budget with 1 or 2)
-        return filter(function, _per_item(meter, iterable, 4))
+        depth = 1 + meter.nest(iterable) if type(iterable) in _NESTING else 1
+        return meter.made(filter(function, _per_item(meter, iterable, 4)), depth)
 
     def unwrap(cls: Any) -> Any:
         if type(cls) is tuple:
@@ -586,16 +775,31 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
             meter.charge(len(cls.__args__))
         return isinstance(obj, unwrap(cls))
 
+    nesting = _NESTING
+
     def many(fn: Callable[..., Any], first: int) -> Callable[..., Any]:
         # zip and map pull one item from each iterable per item they yield: a consumer pays ITEM_UNITS an
         # item, which covers a few iterables, not a hundred thousand
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             meter.charge(WRAPPER_UNITS + len(args))
+            # one level more than its deepest source (iterating it recurses through them all in C)
             out = fn(*args, **kwargs)
             k = len(args) - first
-            return out if k <= ELEMS_PER_UNIT else _per_item(meter, out, k)  # a unit per pull: 16 ns measured
+            if k > ELEMS_PER_UNIT:
+                out = _per_item(meter, out, k)  # a unit per pull: 16 ns measured
+            if nesting.isdisjoint(map(type, args)):
+                return out  # the common case: no source is itself an iterator
+            return meter.made(out, 1 + max(map(meter.nest, args[first:]), default=0))
 
         return _named(wrapped, fn.__name__)
+
+    def enumerate_(iterable: Any, start: Any = 0) -> Any:
+        # a level above its source, as map and zip (a chain of 200,000 enumerates overflowed the C stack); the
+        # wrapper's own call charged, as every wrapper's (the builtin itself was handed out before)
+        meter.charge(WRAPPER_UNITS)
+        if type(iterable) not in _NESTING:
+            return enumerate(iterable, start)
+        return meter.made(enumerate(iterable, start), 1 + meter.nest(iterable))
 
     def print_(*args: Any, **kwargs: Any) -> None:
         return None  # harmless; the prompt asks for no prints
@@ -607,7 +811,8 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
 
     table = {
         "abs": abs, "min": minmax(min), "max": minmax(max), "range": _named(rng, "range"), "len": len, **typed,
-        "round": _named(round_, "round"), "enumerate": enumerate, "zip": many(zip, 0), "sum": _named(sum_, "sum"),
+        "round": _named(round_, "round"), "enumerate": _named(enumerate_, "enumerate"), "zip": many(zip, 0),
+        "sum": _named(sum_, "sum"),
         "sorted": _named(sorted_, "sorted"), "reversed": reversed, "bool": bool, "any": consume(any),
         "all": consume(all), "map": many(map, 1), "filter": _named(filter_, "filter"), "pow": _named(pow_, "pow"),
         "divmod": _named(divmod_, "divmod"), "isinstance": _named(isinstance_, "isinstance"),
@@ -622,16 +827,27 @@ def real_types(table: dict[str, Any]) -> dict[int, type]:
     return {id(table[n]): getattr(builtins, n) for n in _WRAPPED_TYPES if n in table}
 
 
-def generic_helper(real: dict[int, type], key: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+def generic_helper(real: dict[int, type], meter: Meter) -> Callable[[Any, Any], Any]:
     """`_ambench_generic(obj, k)`: `obj[k]` where the program wrote `tuple[...]` (or another wrapped type's
     name): a wrapped type's subscript is a generic alias of the wrapper, as `tuple[int, int]` is in CPython;
     calling it calls the wrapper (so it is charged), and its repr names the types."""
+
+    key = meter.key
 
     def generic(obj: Any, k: Any) -> Any:
         if id(obj) in real:
             key(k)
             args = k if type(k) is tuple else (k,)
-            return types.GenericAlias(obj, args)
+            # one level above its deepest argument: hashing a generic alias recurses in C without a check
+            # (`t = tuple[t]` 200,000 times, then `{t}`, overflowed the C stack)
+            meter.charge(WRAPPER_UNITS)
+            if not _CONTAINERS_SET.isdisjoint(map(type, args)):
+                # a container inside an alias's arguments is nesting the depth bound would not see between two
+                # aliases (tuple[(deep,)] over and over): an alias's arguments are types, aliases or constants
+                raise TypeError("a generic alias's arguments must be types, not containers, in the sandbox")
+            if _NESTING.isdisjoint(map(type, args)):
+                return types.GenericAlias(obj, args)
+            return meter.made(types.GenericAlias(obj, args), 1 + max(map(meter.nest, args)))
         return obj[key(k)]
 
     return generic
@@ -723,6 +939,20 @@ def _scan(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
     return args
 
 
+_INDEX = object()  #: list.index / tuple.index: `index_of`
+
+
+def index_of(obj: list[Any] | tuple[Any, ...], value: Any, start: Any = 0, stop: Any = None) -> int:
+    """`obj.index(value, start, stop)` without CPython's error message, which is the full repr of `value` ("%R is
+    not in list"): `[].index(big)` built 2 s of text for the 1 unit its scan of no elements costs (issue 32)."""
+    begin, end, _ = slice(start, stop).indices(len(obj))
+    try:
+        return begin + operator.indexOf(obj[begin:end] if (begin, end) != (0, len(obj)) else obj, value)
+    except ValueError:
+        kind = type(obj).__name__
+        raise ValueError(f"{kind}.index(x): x not in {kind}") from None
+
+
 def _range_scan(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
     """an int is found arithmetically; anything else is compared with every element"""
     meter.charge(1 if args and type(args[0]) in (int, bool) else 1 + len(obj))
@@ -749,7 +979,8 @@ def _case(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
 def _strip(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
     """every stripped character looked up in `chars`: length x len(chars) / STRIP_PER_UNIT"""
     chars = args[0] if args and type(args[0]) is str else ""
-    meter.charge(1 + len(obj) // CHARS_PER_UNIT + len(obj) * len(chars) // STRIP_PER_UNIT)
+    per_unit = STRIP_PER_UNIT if obj.isascii() and chars.isascii() else WIDE_STRIP_PER_UNIT
+    meter.charge(1 + len(obj) // CHARS_PER_UNIT + len(obj) * len(chars) // per_unit)
     return args
 
 
@@ -815,9 +1046,9 @@ _SORT = object()  #: list.sort: `sort_in_place`
 #: can hold (tests/bench/test_charge_table.py checks it is complete). A method not listed is refused.
 METHOD_RULES: dict[tuple[type, str], Any] = {
     (list, "append"): None, (list, "extend"): _extend, (list, "insert"): _at, (list, "pop"): _at,
-    (list, "reverse"): _copy, (list, "sort"): _SORT, (list, "index"): _scan, (list, "count"): _scan,
+    (list, "reverse"): _copy, (list, "sort"): _SORT, (list, "index"): _INDEX, (list, "count"): _scan,
     (list, "copy"): _copy, (list, "clear"): _copy,
-    (tuple, "index"): _scan, (tuple, "count"): _scan,
+    (tuple, "index"): _INDEX, (tuple, "count"): _scan,
     (range, "index"): _range_scan, (range, "count"): _range_scan,
     (dict, "items"): None, (dict, "keys"): None, (dict, "values"): None, (dict, "get"): _hash_key,
     (dict, "setdefault"): _hash_key, (dict, "pop"): _hash_key, (dict, "update"): _hash_all, (dict, "copy"): _copy,
@@ -855,6 +1086,9 @@ def _call_method(meter: Meter, obj: Any, name: str, rule: Any, *args: Any, **kwa
     meter.charge(WRAPPER_UNITS)
     if rule is _SORT:
         return sort_in_place(meter, obj, *args, **kwargs)
+    if rule is _INDEX:
+        _scan(meter, obj, args, kwargs)
+        return index_of(obj, *args, **kwargs)
     args = rule(meter, obj, args, kwargs)
     return getattr(obj, name)(*args, **kwargs)
 
@@ -907,7 +1141,9 @@ MATH_RULES: dict[str, str] = {
     "comb": "refused when the result passes MAX_INT_BITS (k log2 n); k times the result's limbs",
     "perm": "as comb",
     "prod": "per item pulled, each product as the `*` operator",
-    "gcd": "quadratic in the arguments' limbs", "lcm": "as gcd; the result checked", "isqrt": "as gcd",
+    "gcd": "one pair at a time, each step quadratic in its operands' limbs",
+    "lcm": "as gcd; every intermediate checked",
+    "isqrt": "quadratic in the argument's limbs",
     "fsum": "per item pulled",
     "dist": "1 unit per coordinate of both points (17 ns a coordinate measured)",
     "hypot": "1 unit per coordinate",
@@ -959,8 +1195,19 @@ def math_functions(meter: Meter, max_collection: int = 1_000_000) -> dict[str, C
         fn = getattr(math, name)
 
         def wrapped(*args: Any) -> Any:
-            meter.charge(WRAPPER_UNITS + sum(_limbs(_int_bits(a)) ** 2 for a in args) // 8)
-            return _check_int(fn(*args), f"math.{name}")
+            # one pair at a time, as CPython folds them, each step charged and its result checked: the
+            # intermediate of `math.lcm(*range(1, 200000))` grew without bound inside one call (issue 32)
+            meter.charge(WRAPPER_UNITS)
+            if len(args) < 2:
+                meter.charge(1 + sum(_limbs(_int_bits(a)) ** 2 for a in args) // 8)
+                return _check_int(fn(*args), f"math.{name}")
+            acc = args[0]
+            for a in args[1:]:
+                # a Python step per argument (at ITEM_UNITS, `math.gcd(*range(1, 200000))` measured 0.63 s at
+                # the full budget)
+                meter.tick(WRAPPER_UNITS + _limbs(_int_bits(acc)) * _limbs(_int_bits(a)) // 4)
+                acc = _check_int(fn(acc, a), f"math.{name}")
+            return acc
 
         return _named(wrapped, name)
 

@@ -17,7 +17,10 @@ name) and every node must be of an allowed type. On top of that:
 `instrument()` then inserts the work-unit charges (bench.sandbox.meter): a tick of the code's static
 size at every loop pass, function entry and comprehension item, and routes every binary operator,
 comparison, allowed method, slice, `*args` and f-string value through checked helpers that charge the
-elements and bits they touch, so a program's work is metered deterministically, without tracing.
+elements and bits they touch, so a program's work is metered deterministically, without tracing. A chained
+comparison becomes single comparisons joined by `and` (with `:=` temporaries, or thunks inside a comprehension's
+iterable), so it meets the same rules as one (issue 32); every generator expression is checked against the
+meter's depth bound when it is made.
 Private names cannot be written by the program, so it cannot touch them.
 """
 
@@ -34,7 +37,12 @@ RESERVED = "_ambench"  #: prefix of the sandbox's own names (the meter's helpers
 TICK = "_ambench_tick"  #: tick(units): one loop pass / call / comprehension item of that static size
 BINOP = "_ambench_binop"  #: binop(op, a, b, inplace): every binary operator, charged and checked
 CMP = "_ambench_cmp"  #: cmp(op, a, b): a single comparison, charged
-SIZED = "_ambench_sized"  #: sized(x): x after charging its nested size (chained comparisons)
+SIZED = "_ambench_sized"  #: sized(x): x after charging its nested size
+CHAIN = "_ambench_chain"  #: chain(ops, a, *thunks): a chained comparison inside a comprehension's iterable
+NESTED = "_ambench_nested"  #: nested(gen): a generator expression just made, checked against the depth bound
+SOURCED = "_ambench_sourced"  #: sourced(x): a generator expression's source, its nesting depth noted for nested()
+UNPACKED = "_ambench_unpacked"  #: unpacked(x): x after charging the elements C makes out of it (*x, a, *b = x)
+TEMP = "_ambench_c"  #: prefix of the temporaries of a chained comparison (each middle operand evaluated once)
 RENDERED = "_ambench_rendered"  #: rendered(x): x after charging what rendering it as text costs (f-strings)
 COPIED = "_ambench_copied"  #: copied(x): x after charging its length (slices, *args, **kwargs)
 ATTR = "_ambench_attr"  #: attr(obj, name): an allowed method, charged when called
@@ -188,6 +196,10 @@ def _weight(nodes: list[ast.AST]) -> int:
         if isinstance(n, _NOT_COUNTED):
             continue
         count += CALL_NODE_UNITS if isinstance(n, _CALL_NODES) else 1
+        if isinstance(n, ast.Compare):
+            # a chain is one helper call per comparison (issue 32): `0 <= x < 24 != x` in a loop measured 0.90 s of
+            # CPU at the full budget charged as one
+            count += CALL_NODE_UNITS * (len(n.ops) - 1)
         if isinstance(n, (ast.FunctionDef, ast.Lambda)):
             stack.extend(n.args.defaults)
             stack.extend(d for d in n.args.kw_defaults if d is not None)
@@ -254,6 +266,8 @@ class _Meter(ast.NodeTransformer):
     def __init__(self) -> None:
         self._deferred: list[tuple[Any, tuple[Any, ...]]] | None = None  #: placements held back (an AugAssign's target)
         self._after: list[tuple[Any, tuple[Any, ...]]] = []  #: those to make once its statements are placed
+        self._temps = 0  #: chained comparisons' temporaries made so far
+        self._in_iterable = 0  #: > 0 while visiting a comprehension's iterable (where `:=` is not allowed)
 
     def visit(self, node: ast.AST) -> Any:
         key = (type(self), type(node))
@@ -367,6 +381,14 @@ class _Meter(ast.NodeTransformer):
         return node
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        # a lambda is a scope of its own: `:=` is allowed in its body wherever the lambda stands
+        outer, self._in_iterable = self._in_iterable, 0
+        try:
+            return self._lambda(node)
+        finally:
+            self._in_iterable = outer
+
+    def _lambda(self, node: ast.Lambda) -> ast.AST:
         units = _weight([node.body]) + len(node.args.args)
         self.generic_visit(node)
         node.body = ast.BoolOp(op=ast.And(), values=[_call(TICK, ast.Constant(units + PASS_COST)), node.body])
@@ -383,6 +405,12 @@ class _Meter(ast.NodeTransformer):
         self.generic_visit(node)
         for g, u in zip(node.generators, units):
             g.ifs.insert(0, _call(TICK, ast.Constant(u + PASS_COST)))  # tick() returns True
+        if isinstance(node, ast.GeneratorExp):
+            # a generator over a generator is one more level of C recursion when it is iterated (a 200,000-deep
+            # chain overflowed the C stack): its depth is checked when it is made (Meter.nested)
+            node.generators[0].iter = _call(SOURCED, node.generators[0].iter)
+            self._place(node, _position(node) or _START)  # its ticks: `visit` places only what is outside it
+            return ast.copy_location(_call(NESTED, node), node)
         if isinstance(node, ast.SetComp):  # each element is hashed
             node.elt = _call(KEY, node.elt)
         elif isinstance(node, ast.DictComp):
@@ -390,6 +418,16 @@ class _Meter(ast.NodeTransformer):
         return node
 
     visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
+
+    def visit_comprehension(self, node: ast.comprehension) -> ast.AST:
+        self._in_iterable += 1
+        try:
+            node.iter = self.visit(node.iter) if not isinstance(node.iter, _LEAVES) else node.iter
+        finally:
+            self._in_iterable -= 1
+        node.target = self.visit(node.target) if not isinstance(node.target, _LEAVES) else node.target
+        node.ifs = [self.visit(i) if not isinstance(i, _LEAVES) else i for i in node.ifs]
+        return node
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         self.generic_visit(node)
@@ -449,9 +487,24 @@ class _Meter(ast.NodeTransformer):
         if len(node.ops) == 1:
             call = _call(CMP, ast.Constant(type(node.ops[0]).__name__), node.left, node.comparators[0])
             return ast.copy_location(call, node)
-        node.left = _call(SIZED, node.left)
-        node.comparators = [_call(SIZED, c) for c in node.comparators]
-        return node
+        # a chain is its comparisons, each through the same helper as a single one (issue 32: `-1 in map(abs, big)
+        # != 7` skipped the `in` rules): a op1 b op2 c -> cmp(op1, a, (t := b)) and cmp(op2, t, c), which evaluates
+        # each operand once, in order, and stops at the first false comparison, returning it, as the chain does
+        ops = [ast.Constant(type(op).__name__) for op in node.ops]
+        if self._in_iterable:  # `:=` is refused there: the later operands become thunks of a helper
+            thunks = [ast.Lambda(args=_NO_ARGS(), body=c) for c in node.comparators]
+            return ast.copy_location(_call(CHAIN, ast.Tuple(elts=ops, ctx=ast.Load()), node.left, *thunks), node)
+        values, left = [], node.left
+        for i, (op, right) in enumerate(zip(ops, node.comparators)):
+            if i + 1 < len(node.comparators):
+                self._temps += 1
+                name = f"{TEMP}{self._temps}"
+                right = ast.NamedExpr(target=ast.Name(id=name, ctx=ast.Store()), value=right)
+                values.append(_call(CMP, op, left, right))
+                left = ast.Name(id=name, ctx=ast.Load())
+            else:
+                values.append(_call(CMP, op, left, right))
+        return ast.copy_location(ast.BoolOp(op=ast.And(), values=values), node)
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         self.generic_visit(node)
@@ -479,7 +532,7 @@ class _Meter(ast.NodeTransformer):
     def visit_Starred(self, node: ast.Starred) -> ast.AST:
         self.generic_visit(node)
         if isinstance(node.ctx, ast.Load):
-            node.value = _call(COPIED, node.value)
+            node.value = _call(UNPACKED, node.value)  # C makes the elements of a range or of non-ASCII text
         return node
 
     def visit_keyword(self, node: ast.keyword) -> ast.AST:
@@ -516,9 +569,15 @@ class _Meter(ast.NodeTransformer):
         self.generic_visit(node)
         unpacks = any(isinstance(n, ast.Starred) for t in node.targets for n in ast.walk(t))
         slices = any(isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Slice) for t in node.targets)
-        if unpacks or slices:  # a, *b = big / x[i:j] = big copy the value
+        if unpacks:  # a, *b = big: C pulls every element (a range's ints are made)
+            node.value = _call(UNPACKED, node.value)
+        elif slices:  # x[i:j] = big copies the value
             node.value = _call(COPIED, node.value)
         return node
+
+
+def _NO_ARGS() -> ast.arguments:
+    return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
 
 
 def _as_load(target: ast.AST) -> ast.expr:

@@ -5,8 +5,10 @@
 answer (sanitised and rendered inside the worker). One result per job, in order. Work is sent in
 small batches to amortise the pipe. A worker that dies (CPU backstop, out of memory, a crash, a
 malformed or oversized message) is replaced; the attempt it was on gets its outcome (`timeout`,
-`memory`, `crash`) and the rest of its batch goes back on the queue. A worker that passes the far
-wall-clock backstop is killed and its attempt recorded as `backstop`. A worker that asks to be
+`memory`, `crash`) and the rest of its batch goes back on the queue. A worker whose CPU time does not
+move at all for the far wall-clock backstop (`Limits.wall_seconds`) is killed and its attempt recorded
+as `backstop`: a worker that is working, however slowly the machine lets it, is left to its CPU
+clocks. A worker that asks to be
 recycled (its heap grew) is replaced without charging anyone. Results do not depend on scheduling,
 on the number of workers or on the machine's load (see bench.sandbox.worker).
 
@@ -33,7 +35,7 @@ from bench.canvas.medium import V1, Limits, Medium
 from bench.sandbox import boundary
 from bench.sandbox.job import Job
 from bench.sandbox.kernel import Hardening
-from bench.sandbox.runtime import WALL_FACTOR, ExecResult
+from bench.sandbox.runtime import ExecResult
 
 log = logging.getLogger("ambench.sandbox")
 #: the directory holding the `bench` package this process runs (a checkout, or site-packages)
@@ -48,6 +50,8 @@ class _Worker:
     started: float = 0.0  #: when the attempt at the head of `batch` started
     err: int = -1  #: read end of the worker's stderr (non-blocking)
     tail: bytes = b""  #: what it wrote there since its last answer (bounded), read when it dies
+    #: (when, CPU seconds) the backstop last looked at this worker during its current attempt, or None
+    mark: tuple[float, float] | None = None
 
 
 class SandboxPool:
@@ -276,13 +280,30 @@ class SandboxPool:
                     outcome, reason = _death(w.proc.returncode or 0, w.tail)
                     replace(k, w, outcome, reason)
                     continue
-                if w.batch and now - w.started > wall:
-                    replace(k, w, "backstop", f"wall-clock backstop: over {wall:g} s without an answer (CPU time, "
+                if w.batch and now - w.started > wall and self._stalled(w, now, wall):
+                    replace(k, w, "backstop", f"wall-clock backstop: no CPU progress for over {wall:g} s (CPU time, "
                                               "not wall-clock time, decides timeout; the machine may be overloaded)")
                     continue
                 if not w.batch and queue:
                     send(w)
         return results  # type: ignore[return-value]
+
+    @staticmethod
+    def _stalled(w: _Worker, now: float, wall: float) -> bool:
+        """Whether `w`, past `wall` seconds on one attempt, also used no CPU at all over the last `wall` seconds.
+        Only a worker that makes no CPU progress is ended by the wall clock: a worker that is computing is left
+        to its CPU clocks however little of a core the machine gives it, so load cannot change an outcome
+        (issue 32). The first look only takes a mark (/proc is read once per `wall` seconds, not per result)."""
+        cpu = _cpu_seconds(w.proc.pid)
+        if w.mark is None or w.mark[0] < w.started or cpu is None:
+            w.mark = (now, cpu if cpu is not None else -1.0)
+            return False
+        if now - w.mark[0] < wall:
+            return False
+        if cpu > w.mark[1]:
+            w.mark = (now, cpu)
+            return False
+        return True
 
     def _greeting(self, payload: bytes) -> None:
         try:
@@ -308,11 +329,6 @@ def _death(exitcode: int, tail: bytes = b"") -> tuple[str, str]:
         return "timeout", "CPU limit reached inside a builtin (SIGXCPU: the CPU-time backstop killed the worker)"
     if sig == signal.SIGKILL:
         return "memory", "worker killed by SIGKILL (out of memory)"
-    if sig == signal.SIGALRM:
-        # the same outcome as the CPU backstop it overtakes for a worker stuck inside one C call: a program
-        # the work units bound (at most about 0.6 s of CPU) meets it only on less than a tenth of a core
-        return "timeout", (f"killed by SIGALRM after {WALL_FACTOR} x the CPU limit of wall-clock time in one phase "
-                           "(stuck inside a builtin)")
     lines = [line.strip() for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
     oom = [line for line in lines if any(m.decode() in line for m in _OUT_OF_MEMORY)]
     said = f": {boundary.clean_text((oom or lines)[-1], 160, one_line=True)}" if lines else ""
@@ -325,6 +341,17 @@ def _death(exitcode: int, tail: bytes = b"") -> tuple[str, str]:
             name = f"signal {sig}"
         return "crash", f"worker crashed ({name}){said}"
     return "crash", f"worker exited with status {exitcode}{said}"
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) process `pid` has used, from /proc/PID/stat; None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def run_programs(texts: Iterable[str], medium: Medium = V1, limits: Limits | None = None, workers: int | None = None) -> list[ExecResult]:

@@ -1,7 +1,7 @@
 """Layer two of the sandbox: run one checked program against a canvas with a tiny builtins table and budgets.
 
-This module runs *inside* a worker process (bench.sandbox.pool), which adds layer three: CPU,
-wall-clock and memory limits of the operating system. Calling `execute` in your own process is only
+This module runs *inside* a worker process (bench.sandbox.pool), which adds layer three: CPU-time,
+stack and memory limits of the operating system. Calling `execute` in your own process is only
 for trusted text (tests, debugging); everything that runs model output goes through the pool.
 """
 
@@ -136,12 +136,14 @@ def environment(meter: meters.Meter, limits: Limits) -> dict[str, Any]:
     real = meters.real_types(builtins)
     builtins["__import__"] = _import_shim(math_ns)  # reached only by `import math` / `from math import ...`
     binop = meters.binop_helper(meter, limits.max_collection, real)
+    cmp = meters.cmp_helper(meter)
     return {
         "__builtins__": builtins, "math": math_ns,
-        policy.TICK: meter.tick, policy.BINOP: binop, policy.CMP: meters.cmp_helper(meter),
+        policy.TICK: meter.tick, policy.BINOP: binop, policy.CMP: cmp, policy.CHAIN: meters.chain_helper(cmp),
+        policy.NESTED: meter.nested, policy.SOURCED: meter.sourced, policy.UNPACKED: meter.unpacked,
         policy.SIZED: meter.charged, policy.RENDERED: meter.rendered, policy.COPIED: meter.copied,
         policy.KEY: meter.key, policy.ATTR: meters.attr_helper(meter, real),
-        policy.SLICE: slice, policy.HASHED: meter.hashed, policy.GENERIC: meters.generic_helper(real, meter.key),
+        policy.SLICE: slice, policy.HASHED: meter.hashed, policy.GENERIC: meters.generic_helper(real, meter),
     }
 
 
@@ -214,7 +216,7 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
         return prepared
     code, compiled = prepared
     canvas = medium.new_canvas(limits)
-    meter = meters.Meter(limits.max_ops, wall_clock_progress if _kill_on_wall_clock else None)
+    meter = meters.Meter(limits.max_ops)
     canvas.charge = meter.charge
     env = environment(meter, limits)
     env.update(canvas.functions())
@@ -257,7 +259,6 @@ def shapes_within_bound(medium: Medium, calls: list[Call], limits: Limits) -> li
     computing all of them (the polygons' own points are bounded as they are drawn, in Canvas)."""
     geoms, carried = [], 0
     for c in calls:
-        wall_clock_progress()
         g = shape_of(medium, c)
         carried += int(shapely.get_num_coordinates(g))
         if carried > limits.max_total_vertices:
@@ -266,42 +267,29 @@ def shapes_within_bound(medium: Medium, calls: list[Call], limits: Limits) -> li
     return geoms
 
 
-#: wall-clock time one phase (preparing, running, scoring) may take in a sandbox worker, as a multiple of its
-#: CPU limit, before the worker is killed: SIGALRM at its default action ends the process even inside one
-#: long C call, which neither ITIMER_PROF (seen when the call returns) nor the RLIMIT_CPU backstop (seconds
-#: of CPU later, and longer still in wall-clock time on a loaded machine) stops in time
-WALL_FACTOR = 3
-_kill_on_wall_clock = False
-_wall_seconds = 0.0  #: the wall-clock allowance of the phase in progress (0: none)
+_worker_mode = False  #: set by `worker_limits` in a sandbox worker: RLIMIT_CPU backs every `cpu_limit` up
 
 
-def kill_on_wall_clock() -> None:
-    """Make every `cpu_limit` in this process also kill it after WALL_FACTOR x its seconds of wall-clock time
-    without progress (`wall_clock_progress`). Sandbox workers only: in any other process (a test, `ambench
-    render`) it would end that process."""
-    global _kill_on_wall_clock
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    _kill_on_wall_clock = True
+def worker_limits() -> None:
+    """Make every `cpu_limit` in this process also set RLIMIT_CPU (SIGXCPU kills the process, which the pool
+    records as `timeout`) one to two seconds of CPU past its limit. Sandbox workers only: in any other process
+    (a test, `ambench render`) it would end that process.
 
-
-def wall_clock_progress() -> None:
-    """The phase in progress is not stuck inside C: its wall-clock allowance starts again. Called by the meter
-    every PROGRESS_UNITS work units and per shape computed, so the wall clock stops a worker stuck in one C
-    call, never a program that is being charged on a machine that gives it little of a core (a program at
-    the full budget took over 6 s of wall-clock time with six workers, two busy loops and other work on
-    two cores)."""
-    if _kill_on_wall_clock and _wall_seconds:
-        signal.setitimer(signal.ITIMER_REAL, _wall_seconds)
+    Both clocks are this process's own CPU time, so load cannot change which one fires or when in the
+    program's work (issue 32: the wall-clock kill this replaced, armed at 3 x the CPU limit and re-armed only
+    every 1,000,000 work units, killed an under-charged program that got a tenth of a core, and 4 of 114
+    programs changed outcome beside two busy loops). The wall clock now only ends a worker that makes no CPU
+    progress at all, far above any CPU limit, in the pool (`SandboxPool`, outcome `backstop`)."""
+    global _worker_mode
+    _worker_mode = True
 
 
 @contextmanager
-def cpu_limit(seconds: float, wall: bool = True):
+def cpu_limit(seconds: float):
     """Raise CpuTimeout in this thread once the process has used `seconds` more CPU time (ITIMER_PROF:
     CPU time, not wall-clock time, so the limit does not depend on the machine's load). Code stuck
-    inside C sees it when it returns. In a sandbox worker (`kill_on_wall_clock`) RLIMIT_CPU kills it a
-    second or two past `seconds` of CPU, and, with `wall`, the wall clock at WALL_FACTOR x `seconds` without
-    progress. `wall=False` is for one long C call that has no progress to show (an SVG render, scoring):
-    the wall clock flipped a 0.79 s-CPU SVG to `timeout` beside busy loops, so those stay decided by CPU."""
+    inside C sees it when it returns; in a sandbox worker (`worker_limits`) RLIMIT_CPU kills it a second
+    or two of CPU past `seconds`."""
     if not _main_thread():
         yield
         return
@@ -309,23 +297,16 @@ def cpu_limit(seconds: float, wall: bool = True):
     def on_cpu(signum: int, frame: Any) -> None:
         raise CpuTimeout()
 
-    global _wall_seconds
     old = signal.signal(signal.SIGPROF, on_cpu)
     try:
         signal.setitimer(signal.ITIMER_PROF, seconds)
-        if _kill_on_wall_clock:
+        if _worker_mode:
             _cpu_backstop(seconds)
-            if wall:
-                _wall_seconds = WALL_FACTOR * seconds
-                signal.setitimer(signal.ITIMER_REAL, _wall_seconds)
         try:
             yield
         finally:
             # disarm before any handler runs, so a late tick cannot replace the outcome already decided
             signal.setitimer(signal.ITIMER_PROF, 0)
-            if _kill_on_wall_clock:
-                _wall_seconds = 0.0
-                signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
         signal.signal(signal.SIGPROF, old)
 

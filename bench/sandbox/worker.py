@@ -7,15 +7,17 @@ one warm-up job of each kind so that lazy initialisation does not count against 
 and records its address space as its *base*.
 
 Outcomes depend only on the program, not on what ran before it or on the machine's load:
-- **CPU time decides `timeout`.** Each program gets `cpu_seconds` of CPU time (ITIMER_PROF), and
-  scoring gets its own `cpu_seconds`; an RLIMIT_CPU backstop a second or two later kills a worker
-  stuck inside C (resvg, GEOS), which the pool records as `timeout` too. Wall-clock time does not decide
-  an outcome on its own: preparing or running a canvas program that goes 3 x its CPU limit of wall-clock
-  time without progress (work units charged, shapes computed) kills the worker (SIGALRM, even inside one
-  long C call), which the pool records as `timeout`, the outcome of the CPU backstop it overtakes; an SVG
-  render and scoring (single C calls with no progress to show) are stopped by RLIMIT_CPU a second or two
-  past their CPU limit. The pool itself has a far backstop (`Limits.wall_seconds`, outcome `backstop`) for a worker that
-  stops answering between phases.
+- **CPU clocks decide `timeout`, never the wall clock.** Each program gets `cpu_seconds` of CPU time
+  (ITIMER_PROF), and scoring gets its own `cpu_seconds`; an RLIMIT_CPU backstop a second or two of CPU
+  later kills a worker stuck inside C (resvg, GEOS, a builtin the meter under-charged), which the pool
+  records as `timeout` too. Both count this process's own CPU time, so a worker that gets a tenth of a
+  core reaches them at the same point of its work as an idle one (issue 32: a wall-clock kill at 3 x the
+  CPU limit flipped 4 of 114 programs beside two busy loops). The pool's far backstop (`Limits.wall_seconds`,
+  outcome `backstop`) ends only a worker whose CPU time does not move at all for that long.
+- **A fixed stack.** Every worker runs with RLIMIT_STACK at `STACK_BYTES` (set before its interpreter
+  starts: the worker re-executes itself once), so whatever nesting is left to the interpreter's own
+  checks fails the same way on every host, whatever its `ulimit -s`; the meter's depth bounds
+  (bench.sandbox.meter.MAX_DEPTH) keep every program far inside it.
 - **Memory is measured per program.** Before each program the address-space limit is set to where
   the worker stands plus `memory_mb`; after it, a worker whose address space stayed more than
   `RECYCLE_SLACK_MB` above its base (a heap that a big program grew and the allocator kept) says so
@@ -49,11 +51,14 @@ from bench.sandbox import boundary  # noqa: E402
 from bench.sandbox.job import Job  # noqa: E402
 from bench.sandbox.kernel import Hardening, install, read_roots  # noqa: E402
 from bench.sandbox.runtime import (  # noqa: E402
-    PREPARE_CPU_FACTOR, CpuTimeout, ExecResult, cpu_limit, execute, kill_on_wall_clock,
+    PREPARE_CPU_FACTOR, CpuTimeout, ExecResult, cpu_limit, execute, worker_limits,
 )
 
 RECYCLE_SLACK_MB = 48  #: address space a worker may keep above its base before it is replaced
 LIFETIME_CPU_SECONDS = 3_600  #: hard RLIMIT_CPU over a worker's life (it is replaced before reaching it)
+#: the main thread's stack in every worker (RLIMIT_STACK when the interpreter starts): 1,000 frames of the
+#: deepest C recursion a program can reach (a lambda called by `map` inside `sorted`'s key) use under 2 MB
+STACK_BYTES = 16 * 1024 * 1024
 _MB = 1024 * 1024
 
 
@@ -156,7 +161,7 @@ def _score(state: _State, result: ExecResult, ref: Any) -> ExecResult:
         result.score = zero_score(len(scored_parts(ref)))
         return result
     try:
-        with cpu_limit(state.limits.cpu_seconds, wall=False):  # GEOS calls: no progress to show
+        with cpu_limit(state.limits.cpu_seconds):
             result.score = score_result(result, rg)
     except CpuTimeout:
         failed = ExecResult("budget", f"scoring needed over {state.limits.cpu_seconds:g} s of CPU (geometry too complex)",
@@ -175,7 +180,7 @@ def run_job(state: _State, job: Job) -> ExecResult:
         if job.kind == "svg":
             from bench.svg.render import render_answer
 
-            with cpu_limit(limits.cpu_seconds, wall=False):  # one resvg call: decided by CPU time
+            with cpu_limit(limits.cpu_seconds):
                 result = render_answer(job.text, job.size, job.native)
         elif state.hardening.python_layers:
             result = execute(job.text, medium, limits)
@@ -212,7 +217,7 @@ def serve(conn: Any) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     report = install(hardening, read_roots())
-    kill_on_wall_clock()  # per phase: RLIMIT_CPU just past its CPU limit, SIGALRM at 3x it without progress
+    worker_limits()  # per phase: RLIMIT_CPU just past its CPU limit
     sys.setrecursionlimit(1000)
     _warm_up(state)
     state.base = state.address_space()
@@ -243,7 +248,23 @@ def serve(conn: Any) -> None:
                 return
 
 
+def fixed_stack() -> None:
+    """Give this worker a stack of STACK_BYTES, whatever the host's `ulimit -s`: the main thread's stack is
+    sized when the interpreter starts, so set RLIMIT_STACK and start again (once; the socket to the host is
+    inherited). Where the hard limit is lower, say so on stderr and go on (the depth bounds still hold)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if soft == STACK_BYTES:
+        return
+    if hard != resource.RLIM_INFINITY and hard < STACK_BYTES:
+        print(f"sandbox worker: the hard stack limit {hard} is under {STACK_BYTES} bytes; keeping {soft}",
+              file=sys.stderr)
+        return
+    resource.setrlimit(resource.RLIMIT_STACK, (STACK_BYTES, hard))
+    os.execv(sys.executable, [sys.executable, "-m", "bench.sandbox.worker", *sys.argv[1:]])
+
+
 if __name__ == "__main__":
     from multiprocessing.connection import Connection
 
+    fixed_stack()
     serve(Connection(int(sys.argv[1])))

@@ -64,10 +64,14 @@ def test_twenty_megabyte_literal_costs_one_attempt(pool):
 
 
 def test_wall_clock_kill_and_restart():
-    # CPU and work-unit allowances far above the wall-clock limit: only the parent's wall-clock kill can stop it
+    # a worker that makes no CPU progress (plain Python that sleeps, through the test-only switch) is what the
+    # wall clock is for; since issue 32 a worker that computes is left to its CPU clocks
+    # (tests/bench/test_mechanisms.py::test_a_working_worker_is_never_ended_by_the_wall_clock)
+    from bench.sandbox.kernel import Hardening
+
     limits = Limits(cpu_seconds=30, wall_seconds=1.0, max_ops=10**12)
-    with SandboxPool(workers=1, limits=limits) as p:
-        results = p.run(["for i in range(300):\n    y = sorted(list(range(999999)), reverse=True)", "fill('red')"])
+    with SandboxPool(workers=1, limits=limits, hardening=Hardening(python_layers=False)) as p:
+        results = p.run(["import time\ntime.sleep(60)", "fill('red')"])
         # the wall-clock kill is a backstop, recorded as such (CPU time alone decides `timeout`)
         assert results[0].outcome == "backstop" and "wall-clock backstop" in results[0].reason
         assert results[1].valid
@@ -89,21 +93,17 @@ def test_in_process_and_pool_agree(pool):
     assert a.shapes_wkb == b.shapes_wkb and (a.pixels == b.pixels).all()
 
 
-def test_a_worker_stuck_inside_c_is_killed_within_three_times_the_cpu_limit():
-    # one C call of about 10 s (a strip whose character set is 300,000 long), units set out of the way so only
-    # the worker's clocks can stop it: it was killed by RLIMIT_CPU, about 7 s of CPU past a 1 s limit
-    import time
-
+def test_a_worker_stuck_inside_c_is_killed_by_its_cpu_clock():
+    # one C call of about 10 s (a strip whose character set is 600,000 long), units set out of the way so only
+    # the worker's clocks can stop it: it was killed by RLIMIT_CPU, about 7 s of CPU past a 1 s limit; now one
+    # or two seconds of CPU past it, by the CPU clock (issue 32: no wall clock, which load moves, decides)
     limits = Limits(cpu_seconds=1, max_ops=10**14)
     stuck = "s = 'a' * 600000\nc = 'b' * 600000 + 'a'\nt = s.strip(c)"
     with SandboxPool(workers=1, limits=limits) as p:
-        assert p.run(["fill('red')"])[0].valid  # the worker is up: its start-up is not timed
-        t0 = time.monotonic()
+        assert p.run(["fill('red')"])[0].valid
         stopped = p.run_one(stuck)
-        elapsed = time.monotonic() - t0
         assert p.run_one("fill('red')").valid  # a fresh worker took its place
-    assert stopped.outcome in ("timeout", "backstop") and "SIG" in stopped.reason, stopped.reason
-    assert elapsed < 3 * limits.cpu_seconds + 1.0, (elapsed, stopped.reason)
+    assert stopped.outcome == "timeout" and "SIGXCPU" in stopped.reason, stopped.reason
 
 
 @pytest.mark.parametrize("sig", ["SIGSEGV", "SIGBUS", "SIGILL", "SIGABRT", "SIGFPE", "SIGKILL", "SIGXCPU", "SIGALRM"])

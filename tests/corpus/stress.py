@@ -8,6 +8,7 @@ by perf/bench_meter.py (the CPU each uses at the full budget, which must stay fa
 from __future__ import annotations
 
 from bench.canvas.medium import CALL_UNITS, PRIMITIVE_UNITS, V1, call_units
+from tests.corpus.mechanisms import CLASSES
 
 
 def poly_units(pts: list[tuple[float, float]]) -> int:
@@ -129,7 +130,32 @@ def programs(max_ops: int) -> dict[str, str]:
         # found in review: zip and map pull from every iterable per item (19.5 s of CPU at the full budget)
         "zip(*[a] * 100000)": "a = [1] * 10\nwhile True:\n    x = list(zip(*[a] * 100000))",
         "map(max, *[a] * 100000)": "a = [1] * 10\nwhile True:\n    x = list(map(max, *[a] * 100000))",
+        # found after issue 22's table: dict items are pairs C makes, one per element
+        "list(d.items())": "d = {i: i for i in range(100000)}\nwhile True:\n    x = list(d.items())",
+        # the wrappers and helpers issue 32 added to ordinary code: their own cost is charged
+        "enumerate calls": "a = [1, 2, 3]\nwhile True:\n    e = enumerate(a)",
+        "zip calls": "a = [1, 2, 3]\nwhile True:\n    z = zip(a, a)",
+        "generator expressions": "a = [1, 2, 3]\nwhile True:\n    g = (x for x in a)",
+        "sum of 3": "a = [1, 2, 3]\nwhile True:\n    s = sum(a)",
+        "chained comparisons": "x = 5\nwhile True:\n    t = 0 <= x < 24 != x",
+        "filter of filter": "a = [1, 2, 3]\nwhile True:\n    f = filter(None, filter(None, a))",
+        "zip of map": "a = [1, 2, 3]\nwhile True:\n    z = zip(map(abs, a), a)",
+        "generator of generator": "a = [1, 2, 3]\nwhile True:\n    g = (y for y in (x for x in a))",
+        **issue_32_rows(),
     }
+
+
+def issue_32_rows() -> dict[str, str]:
+    """Issue 32's classes (tests/corpus/mechanisms.py) as rows: each loop runs into the budget; each chain meets the
+    depth bound ("(deep)")."""
+    rows = {}
+    for kind, members in CLASSES.items():
+        for name, text in members.items():
+            if kind.startswith("nesting"):
+                rows[f"{name} (deep)"] = text
+            elif "while True" in text:
+                rows[name] = text
+    return rows
 
 
 #: the rows of `programs` that are issue 22's found classes
