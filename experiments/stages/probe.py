@@ -5,7 +5,7 @@ Probes are always per task. `layout` is the headline (the paper's Exp. 3); `tran
 positive control (`role: control`): there the prompt fully specifies the geometry, so a model that
 reads its prompt at all should be decodable.
 
-For every model with `RUN/activations/<model>.h5` and every task:
+For every model with `RUN/activations/<model>/` (a folder of parts) and every task:
 - targets: the consensus occupancy over the model's valid attempts (all of them, greedy and sampled,
   as the paper; `target_attempts: sampled` leaves the greedy one out; `exclude_trivial` drops trivial
   renders) under the protocol and medium the capture used; prompts with fewer than `min_attempts` such
