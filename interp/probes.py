@@ -230,6 +230,7 @@ class LayerSweep:
         if folds is None and n < grid.outer * 2:
             raise ValueError(f"{n} prompts are too few for {grid.outer}-fold nested CV")
         self.n, self.grid, self.seed, self.n_layers = n, grid, seed, len(xs)
+        #: the outer folds: (train, test) index arrays, what `interval` and `interp.intervals.fold_sums` take
         self.outer = (_kfold(n, grid.outer, seed, groups) if folds is None
                       else [(np.asarray(a), np.asarray(b)) for a, b in folds])
         self.ks: list[list[int]] = []  #: per layer: the usable PCA sizes
