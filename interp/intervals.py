@@ -35,7 +35,7 @@ beyond the study's own cross-validation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -109,8 +109,13 @@ def r2_interval(sse: np.ndarray, sst: np.ndarray, n: int, test_over_train: float
 
     The n-1: the pooled R^2 divides by SST around the sample's own mean, which is (n-1)/n of the targets'
     variance on average; the expected R^2 on new prompts divides by the variance itself. Without it the estimate
-    sits (1 - R^2)/n below its estimand (0.016 at n = 60 with nothing to find, where the interval is 0.02 wide)."""
-    return ratio_interval(sse, sst, test_over_train, sign=-1.0, offset=1.0, level=level, scale=(n - 1) / n)
+    sits (1 - R^2)/n below its estimand (0.016 at n = 60 with nothing to find, where the interval is 0.02 wide).
+
+    The upper end is clipped at 1: no R^2 exceeds 1 (SSE >= 0), so the symmetric t interval's part above 1 covers
+    nothing; an interval "[0.95, 1.04]" would read as if a probe could beat a perfect prediction. The estimate and
+    the lower end are left as they are (an R^2 has no lower bound)."""
+    iv = ratio_interval(sse, sst, test_over_train, sign=-1.0, offset=1.0, level=level, scale=(n - 1) / n)
+    return replace(iv, hi=min(iv.hi, 1.0)) if iv.hi == iv.hi else iv
 
 
 def delta_interval(sse_a: np.ndarray, sse_b: np.ndarray, sst: np.ndarray, n: int, test_over_train: float,

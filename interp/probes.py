@@ -168,6 +168,9 @@ class ProbeResult:
     r2: float
     pred: np.ndarray  #: out-of-fold predictions [n, outputs]
     chosen: list[dict[str, Any]] = field(default_factory=list)  #: per outer fold: k, alpha (and layer)
+    #: the R^2's interval (interp.intervals.r2_interval over this sweep's outer folds, upper end clipped at 1; its
+    #: estimand: the expected R^2 of the procedure trained on (K-1)/K of the prompts); None where not computed
+    interval: Any = None
 
 
 @dataclass
@@ -227,6 +230,7 @@ class LayerSweep:
         if folds is None and n < grid.outer * 2:
             raise ValueError(f"{n} prompts are too few for {grid.outer}-fold nested CV")
         self.n, self.grid, self.seed, self.n_layers = n, grid, seed, len(xs)
+        #: the outer folds: (train, test) index arrays, what `interval` and `interp.intervals.fold_sums` take
         self.outer = (_kfold(n, grid.outer, seed, groups) if folds is None
                       else [(np.asarray(a), np.asarray(b)) for a, b in folds])
         self.ks: list[list[int]] = []  #: per layer: the usable PCA sizes
@@ -349,14 +353,25 @@ class LayerSweep:
         names = list(layer_names) if layer_names is not None else list(range(self.n_layers))
         for c in chosen[0]:
             c["layer"] = names[c["layer"]]
-        return ProbeResult(pooled_r2(y, pred[0]), pred[0], chosen[0])
+        return ProbeResult(pooled_r2(y, pred[0]), pred[0], chosen[0], self.interval(y, pred[0]))
 
     def layer(self, y: np.ndarray, li: int) -> ProbeResult:
         """The probe of one layer (k, alpha chosen inside the folds)."""
         pred, chosen = self._run(y[None].astype(np.float64), [li])
         for c in chosen[0]:
             del c["layer"]
-        return ProbeResult(pooled_r2(y, pred[0]), pred[0], chosen[0])
+        return ProbeResult(pooled_r2(y, pred[0]), pred[0], chosen[0], self.interval(y, pred[0]))
+
+    def interval(self, y: np.ndarray, pred: np.ndarray, level: float = 0.95) -> Any:
+        """The documented interval (interp/intervals.py) of the R^2 of out-of-fold predictions `pred` over this sweep's
+        outer folds (`self.outer`, the (train, test) index pairs): Nadeau-Bengio corrected, upper end clipped at 1;
+        nan with fewer than two folds. `interp.sweep.probe_sweep` repeats the partition for a steadier centre."""
+        from interp.intervals import fold_sums, r2_interval
+
+        n_test = float(np.mean([len(te) for _, te in self.outer]))
+        n_train = float(np.mean([len(tr) for tr, _ in self.outer]))
+        return r2_interval(*fold_sums(np.asarray(y, dtype=np.float64), pred, self.outer), self.n,
+                           n_test / max(n_train, 1.0), level)
 
     def permuted_r2(self, y: np.ndarray, perms: np.ndarray, layers: Sequence[int] | None = None,
                     batch: int | None = None) -> np.ndarray:

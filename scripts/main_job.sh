@@ -5,7 +5,8 @@
 #     per method whether it recovered the constructed answer (a method that misses it there is not to be
 #     trusted on a real model)
 #  2. `ambench run --preset quick`: SmolLM2 135M Instruct, few-shot, 1 greedy + 1 sampled attempt on
-#     20 translation prompts and 1 greedy + 2 sampled on 15 layout prompts (one per subcategory); renders, PIoU, layout validity and
+#     20 translation prompts and 1 greedy + 1 sampled on 30 layout prompts (two per subcategory, so that the paper's
+#     headline, the layout Delta R^2, has the 10 prompts with a valid attempt it needs); renders, PIoU, layout validity and
 #     triviality, the residual stream at every layer, probes with controls, the four intervention
 #     arms, activation patching
 #  3. the sandbox over the benign and hostile corpora (renders + outcome kinds)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
 
 import typer
+import typer.core
 
 class _Group(typer.core.TyperGroup):
     """The root command group: an error of the file system anywhere below it (a read-only folder, a full disk, no
@@ -40,6 +41,20 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+def _flag_type(display: Any) -> Any:
+    """typer 0.29 prints a `<bool>` type beside every flag (`--check/--no-check <bool>`, even `--help <bool>`), as if a
+    flag took a value; a flag takes none, so its type column stays empty (tests/experiments/test_cli_help.py)."""
+
+    def display_type_rich(self: Any, ctx: Any) -> Any:
+        return None if getattr(self, "is_flag", False) else display(self, ctx)
+
+    return display_type_rich
+
+
+typer.core.TyperOption.display_type_rich = _flag_type(typer.core.TyperOption.display_type_rich)  # type: ignore[method-assign]
+FLAGS_SHOW_NO_TYPE = True
+
 
 @app.callback()
 def _root() -> None:

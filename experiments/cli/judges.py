@@ -23,7 +23,7 @@ def judge(
                                                                   '{"kind": "openai", "name": ..., "base_url": ..., "model": ...}.'),
     device: str = typer.Option("cpu", "--device", help="Device of a local VLM judge."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable that holds the API key, if any."),
-    timeout: float = typer.Option(60.0, "--timeout", min=1.0),
+    timeout: float = typer.Option(60.0, "--timeout", min=1.0, help="Seconds to wait for one judge request."),
 ) -> None:
     """Judge every valid layout attempt with a VLM (5-dimension rubric, cached), then print pass@k and T2/T3."""
     from dataclasses import replace
@@ -85,8 +85,8 @@ app.add_typer(human_app, name="human")
 def human_export(
     run: RunOpt,
     out: Path = typer.Option(..., "--out", help="Folder for index.html and pairs.json."),
-    pairs: int = typer.Option(40, "--pairs", min=1),
-    seed: int = typer.Option(0, "--seed"),
+    pairs: int = typer.Option(40, "--pairs", min=1, help="Pairwise comparisons on the page."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the draw of the pairs (recorded in pairs.json)."),
 ) -> None:
     """Write a static HTML page of pairwise comparisons (two mosaics, one prompt) for annotators."""
     from experiments.cli.layout import _need_generations, ensure_renders
@@ -109,7 +109,7 @@ def human_import(
     kit: Path = typer.Option(..., "--kit", help="The folder `human export` wrote."),
     answers: list[Path] = typer.Argument(..., help="Answer files downloaded from the page, one per annotator."),
     run: Optional[Path] = typer.Option(None, "--run", help="Run with judge scores, for judge-vs-human agreement."),
-    judge_name: Optional[str] = typer.Option(None, "--judge"),
+    judge_name: Optional[str] = typer.Option(None, "--judge", help="A judge of the --run (its name in judge_scores.jsonl) to compare with the annotators; without it, annotators only."),
     margin: float = typer.Option(1.0, "--margin", help="Judge score gap that makes a pair 'separated'."),
 ) -> None:
     """Krippendorff's alpha between annotators, and judge-vs-human agreement on separated pairs."""

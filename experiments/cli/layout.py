@@ -116,8 +116,8 @@ def layout_compare(
     b: str = typer.Option(..., "--b", help="Arm B: medium/protocol, e.g. svg/zero-shot."),
     judge_name: Optional[str] = typer.Option(None, "--judge", help="Compare judge overall scores; default: valid and non-trivial (0/1)."),
     model: Optional[str] = typer.Option(None, "--model", help="Only this model (default: every model in the run, each separately)."),
-    n_boot: int = typer.Option(10_000, "--boot", min=100),
-    seed: int = typer.Option(0, "--seed"),
+    n_boot: int = typer.Option(10_000, "--boot", min=100, help="Bootstrap resamples of the prompt-clustered CI."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap (recorded with the result)."),
 ) -> None:
     """Paired per-prompt delta B - A (e.g. SVG - canvas) with a prompt-clustered bootstrap CI. Read-only."""
     from experiments.rundir import RunDir, arm_of, reading
@@ -161,8 +161,8 @@ def layout_compare(
 @layout_app.command("tier-gap")
 def layout_tier_gap(
     run: RunOpt,
-    n_boot: int = typer.Option(10_000, "--boot", min=100),
-    seed: int = typer.Option(0, "--seed"),
+    n_boot: int = typer.Option(10_000, "--boot", min=100, help="Bootstrap resamples of the prompt-clustered CI."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap (recorded with the result)."),
     as_json: bool = typer.Option(False, "--json", help="JSON rows instead of a table."),
 ) -> None:
     """Is the T2/T3 inversion a property of the 24x24 medium? T3 - T2 per medium, and its difference

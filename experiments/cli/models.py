@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from experiments.cli.common import (CompatOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, OutRunOpt, QuantizeOpt, SeedOpt,
+from experiments.cli.common import (MODEL_HELP, CompatOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, LimitOpt, OutRunOpt, QuantizeOpt, SeedOpt,
                                     TrustOpt, app, bar, boundary, check_device, check_model, fail, load_items, run_writer,
                                     runtime, show)
 
@@ -41,7 +41,7 @@ def check_protocol(protocol: str) -> None:
 @app.command()
 def generate(
     out: OutRunOpt,
-    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m"),
+    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
     task: Optional[str] = TaskSetOpt,
     prompts: Optional[Path] = PromptsOpt,
     samples: int = typer.Option(10, "--samples", "-n", min=0, help="Sampled attempts per prompt, besides the greedy one."),
@@ -52,8 +52,8 @@ def generate(
                                                        "or outline (outline primitives)."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Temperature of the sampled attempts."),
     seed: SeedOpt = 0,
-    max_new_tokens: int = typer.Option(384, "--max-new-tokens", min=1),
-    batch_size: int = typer.Option(8, "--batch-size", min=1),
+    max_new_tokens: int = typer.Option(384, "--max-new-tokens", min=1, help="Most tokens an attempt may write."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Attempts decoded together (more: faster on a GPU, more memory)."),
     limit: LimitOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -97,13 +97,13 @@ def generate(
 @app.command()
 def capture(
     out: OutRunOpt,
-    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m"),
+    model: str = typer.Option("smollm2-135m-instruct", "--model", "-m", help=MODEL_HELP),
     task: Optional[str] = TaskSetOpt,
     prompts: Optional[Path] = PromptsOpt,
     protocol: str = typer.Option("auto", "--protocol", help="The protocol the generations used (positions follow it)."),
-    shots: int = typer.Option(2, "--shots", min=0),
+    shots: int = typer.Option(2, "--shots", min=0, help="Worked examples the generations used (few-shot and completion)."),
     store_dtype: str = typer.Option("float32", "--store-dtype", help="float32 or float16 on disk."),
-    batch_size: int = typer.Option(8, "--batch-size", min=1),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Prompts per capture forward pass (more: faster, more memory)."),
     limit: LimitOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,

@@ -17,9 +17,9 @@ def run_cmd(
     preset: str = typer.Option("quick", "--preset", help="quick (embedded model, small stratified subset, minutes on a CPU), paper, "
                                "or organisms (the study on the model organisms, one run per part in OUT/<part>)."),
     out: Path = typer.Option(Path("runs/study"), "--out", help="Run directory; rerunning the same command resumes it."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Run seed; every random draw derives from it and is recorded."),
     translation_prompts: Optional[int] = typer.Option(None, "--translation-prompts", min=0, help="Override the preset."),
-    layout_per_subcategory: Optional[int] = typer.Option(None, "--layout-per-subcategory", min=0, max=10),
+    layout_per_subcategory: Optional[int] = typer.Option(None, "--layout-per-subcategory", min=0, max=10, help="Layout prompts per subcategory (15 subcategories; 10 = all 150); overrides the preset."),
     samples: Optional[int] = typer.Option(None, "--samples", min=0, help="Sampled layout attempts per prompt besides the greedy one."),
     translation_samples: Optional[int] = typer.Option(None, "--translation-samples", min=0,
                                                       help="Sampled translation attempts per reference besides the greedy one."),
@@ -28,11 +28,11 @@ def run_cmd(
                                                            "prompts; repeat the option."),
     references: Optional[Path] = typer.Option(None, "--references",
                                               help="Translation references (JSONL) scoring the translation prompts of --prompts."),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Most tokens an attempt may write; overrides the preset."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1,
                                              help="Attempts per generation batch and prompts per capture batch (the work "
                                                   "unit a resume or a shard counts; more rows use more memory)."),
-    protocol: Optional[str] = typer.Option(None, "--protocol"),
+    protocol: Optional[str] = typer.Option(None, "--protocol", help="auto, zero-shot, few-shot or completion; overrides the preset."),
     svg: Optional[bool] = typer.Option(None, "--svg/--no-svg", help="Also run the SVG arm (default: on in the paper preset)."),
     media: Optional[list[str]] = typer.Option(None, "--medium", help="An extra canvas medium for the layout task (repeat): "
                                               "v1-48, outline. Adds a layout arm, its tables and the T2/T3 gap contrast."),
@@ -50,7 +50,7 @@ def run_cmd(
     device_map: DeviceMapOpt = None,
     quantize: QuantizeOpt = None,
     judge_url: Optional[str] = typer.Option(None, "--judge-url", help="OpenAI-compatible VLM endpoint; judging runs when given."),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model"),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Model name the judge endpoint serves."),
     trajectory: Optional[bool] = typer.Option(None, "--trajectory/--no-trajectory", help="Probe the drawn and the final "
                                               "canvas at every statement boundary (default: on in the paper preset)."),
     dino_folder: Optional[str] = typer.Option(None, "--dino-folder", help="Local DINO ViT folder (e.g. dino-vits8, "

@@ -41,6 +41,7 @@ from bench.intervene.splice import ARMS, continued_drawing
 from bench.sandbox.boundary import clean_text
 from experiments.cuts import EXCLUSIONS, cut_tokens, plan_cuts, prompt_items, protocol_from_label
 from experiments.patching_table import patching_table, plot_patching
+from experiments.rates import cluster_ci
 from experiments.rundir import AttemptKey, RunDir, RunError, content_hash, derive_seed, reading, writing
 
 INTERVENTIONS = RunDir.INTERVENTIONS
@@ -180,19 +181,6 @@ def intervention_counts(run: Any, model: str, task: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- statistics
 
 
-def _cluster_ci(per_prompt: dict[str, list[float]], n_boot: int, seed: int) -> list[float]:
-    """Prompt-clustered percentile 95% CI of the mean over all values (prompts resampled with replacement)."""
-    from interp.probes import bootstrap_counts
-
-    keys = sorted(per_prompt)
-    sums = np.array([np.sum(per_prompt[k]) for k in keys], dtype=float)
-    counts = np.array([len(per_prompt[k]) for k in keys], dtype=float)
-    w = bootstrap_counts(len(keys), n_boot, seed)
-    means = (w @ sums) / (w @ counts)
-    lo, hi = np.quantile(means, [0.025, 0.975])
-    return [float(lo), float(hi)]
-
-
 def _cut_id(r: dict[str, Any]) -> tuple[Any, ...]:
     return (*AttemptKey.of(r), r["cut"])
 
@@ -232,8 +220,9 @@ def arm_table(rows: list[dict[str, Any]], n_boot: int = 2000, n_perm: int = 2000
                     per_prompt.setdefault(r["prompt_id"], []).append(float(r["continued"]))
                 row: dict[str, Any] = {"model": model, "task": task, "stratum": sname, "arm": arm,
                                        "continuations": len(vals), "cuts": len({_cut_id(r) for r in vals}),
+                                       "prompts": len(per_prompt_of(vals)),
                                        "rate": float(np.mean([r["continued"] for r in vals])),
-                                       "rate_ci": _cluster_ci(per_prompt, n_boot, seed), "n_boot": n_boot, "seed": seed}
+                                       "rate_ci": cluster_ci(per_prompt, n_boot, seed), "n_boot": n_boot, "seed": seed}
                 if arm != "null-asis":
                     pairs = [(cid, c[arm], c["null-asis"]) for cid, c in sorted(by_cut.items()) if arm in c and "null-asis" in c]
                     if pairs:
@@ -249,7 +238,7 @@ def arm_table(rows: list[dict[str, Any]], n_boot: int = 2000, n_perm: int = 2000
                         obs = float(deltas.mean())
                         row.update({"paired_cuts": len(pairs), "paired_rate": float(a.mean()),
                                     "paired_asis_rate": float(b.mean()), "delta_vs_asis": obs,
-                                    "delta_ci": _cluster_ci(per_prompt_delta, n_boot, seed),
+                                    "delta_ci": cluster_ci(per_prompt_delta, n_boot, seed),
                                     "p_perm": float((1 + np.sum(np.abs(null) >= abs(obs) - 1e-12)) / (1 + n_perm)),
                                     "n_perm": n_perm, "mean_distance": float(np.mean([r["distance"] for r in vals]))})
                 fam.append(row)
@@ -262,8 +251,18 @@ def arm_table(rows: list[dict[str, Any]], n_boot: int = 2000, n_perm: int = 2000
     return out
 
 
-def dose_response(rows: list[dict[str, Any]], bins: Iterable[float] = (0, 3, 5, 7, 10, 20)) -> list[dict[str, Any]]:
-    """Continuation rate of the moved arms by displacement distance bin, per model."""
+def per_prompt_of(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """prompt id -> the continued-drawing outcomes (0/1) of its continuations: the clusters of every interval here."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        out.setdefault(r["prompt_id"], []).append(float(r["continued"]))
+    return out
+
+
+def dose_response(rows: list[dict[str, Any]], bins: Iterable[float] = (0, 3, 5, 7, 10, 20), n_boot: int = 2000,
+                  seed: int = 0) -> list[dict[str, Any]]:
+    """Continuation rate of the moved arms by displacement distance bin, per model, with its prompt-clustered 95%
+    CI (None with fewer than two prompts in the bin) and its n (continuations, cuts, prompts)."""
     edges = list(bins)
     out = []
     for model, task in sorted({(r["model"], r.get("task", "layout")) for r in rows}):
@@ -271,13 +270,26 @@ def dose_response(rows: list[dict[str, Any]], bins: Iterable[float] = (0, 3, 5, 
         for lo, hi in zip(edges, edges[1:]):
             sel = [r for r in moved if lo <= r["distance"] < hi]
             if sel:
+                per_prompt = per_prompt_of(sel)
                 out.append({"model": model, "task": task, "bin": [lo, hi], "continuations": len(sel),
+                            "cuts": len({_cut_id(r) for r in sel}), "prompts": len(per_prompt),
                             "rate": float(np.mean([r["continued"] for r in sel])),
+                            "rate_ci": cluster_ci(per_prompt, n_boot, seed), "n_boot": n_boot, "seed": seed,
                             "mean_distance": float(np.mean([r["distance"] for r in sel]))})
     return out
 
 
+def _errorbars(rows: list[dict[str, Any]], key: str = "rate", ci: str = "rate_ci") -> tuple[list[int], list[list[float]]]:
+    """The indices of the rows that have an interval and their [below, above] error-bar lengths (a row without an
+    interval, n = 1 prompt, is drawn as a hollow point with no bar: a bar of zero length would read as certainty)."""
+    have = [i for i, r in enumerate(rows) if r.get(ci) and r[ci][0] is not None]
+    return have, [[rows[i][key] - rows[i][ci][0] for i in have], [rows[i][ci][1] - rows[i][key] for i in have]]
+
+
 def plot_interventions(rd: RunDir, table: list[dict[str, Any]], dose: list[dict[str, Any]], task: str = "layout") -> Path:
+    """`RUN/interventions-<task>.png`: the continuation rate per arm and the dose-response, each point with its
+    prompt-clustered 95% CI (none where one prompt is all there is: a hollow point) and its n, legible at full page
+    width (1100 px wide, text 10 pt and up)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -285,24 +297,40 @@ def plot_interventions(rd: RunDir, table: list[dict[str, Any]], dose: list[dict[
 
     table = [r for r in table if r["task"] == task and r.get("stratum", "all") == "all"]
     dose = [r for r in dose if r["task"] == task]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
-    for model in sorted({r["model"] for r in table}):
-        t = [r for r in table if r["model"] == model]
-        xs = [ARMS.index(r["arm"]) for r in t]
-        a1.errorbar(xs, [r["rate"] for r in t], yerr=[[r["rate"] - r["rate_ci"][0] for r in t], [r["rate_ci"][1] - r["rate"] for r in t]],
-                    marker="o", capsize=3, label=model, ls="none")
-        d = [r for r in dose if r["model"] == model]
-        a2.plot([r["mean_distance"] for r in d], [r["rate"] for r in d], marker="o", label=model)
-    a1.set_xticks(range(len(ARMS)), ARMS, fontsize=8)
-    a1.set_ylabel("continued drawing")
-    a1.set_ylim(-0.05, 1.05)
-    a1.set_title(f"{task}: continuation rate per arm (prompt-bootstrap 95% CI)", fontsize=9)
-    a2.set_xlabel("displacement (cells)")
-    a2.set_ylabel("continued drawing (moved arms)")
-    a2.set_ylim(-0.05, 1.05)
-    a2.set_title("dose-response", fontsize=9)
-    a1.legend(fontsize=7)
-    fig.tight_layout()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.6), dpi=110)
+    models = sorted({r["model"] for r in table} | {r["model"] for r in dose})
+    for mi, model in enumerate(models):
+        colour = f"C{mi}"
+        shift = (mi - (len(models) - 1) / 2) * 0.08  # models side by side at each arm, not on top of one another
+        for ax, rows, x_of in ((a1, [r for r in table if r["model"] == model], lambda r: ARMS.index(r["arm"]) + shift),
+                               (a2, [r for r in dose if r["model"] == model], lambda r: r["mean_distance"])):
+            if not rows:
+                continue
+            xs = [x_of(r) for r in rows]
+            have, err = _errorbars(rows)
+            ax.errorbar([xs[i] for i in have], [rows[i]["rate"] for i in have], yerr=err, marker="o", capsize=4,
+                        color=colour, ls="-" if ax is a2 else "none", label=model)
+            bare = [i for i in range(len(rows)) if i not in have]
+            if bare:
+                ax.plot([xs[i] for i in bare], [rows[i]["rate"] for i in bare], marker="o", mfc="white", color=colour,
+                        ls="none", label=f"{model}: n = 1 prompt, no interval" if ax is a1 else None)
+            for x, r in zip(xs, rows):
+                ax.annotate(f"n={r['continuations']}", (x, r["rate"]), textcoords="offset points", xytext=(6, 4),
+                            fontsize=9, color=colour)
+    a1.set_xticks(range(len(ARMS)), ARMS, fontsize=10)
+    a1.set_xlim(-0.5, len(ARMS) - 0.5)
+    a1.set_ylabel("continued drawing (share)", fontsize=11)
+    a1.set_ylim(-0.05, 1.1)
+    a1.set_title(f"{task}: continuation rate per arm", fontsize=11)
+    a2.set_xlabel("displacement of the moved statement (cells)", fontsize=11)
+    a2.set_ylabel("continued drawing (moved arms)", fontsize=11)
+    a2.set_ylim(-0.05, 1.1)
+    a2.set_title("dose-response (distance bins)", fontsize=11)
+    if models:
+        a1.legend(fontsize=9, loc="upper left")
+    fig.text(0.5, 0.005, "points: share of continuations that drew again; bars: prompt-clustered bootstrap 95% CI; "
+             "n = continuations", ha="center", va="bottom", fontsize=9, color="#444")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     out = rd.save_figure(fig, f"interventions-{task}.png")
     plt.close(fig)
     return out
@@ -321,7 +349,7 @@ def _summarise(rd: RunDir, seed: int, n_boot: int, n_perm: int) -> dict[str, Any
     if not rows:
         return None
     table = arm_table(rows, n_boot=n_boot, n_perm=n_perm, seed=seed, strata=True)
-    dose = dose_response(rows)
+    dose = dose_response(rows, n_boot=n_boot, seed=seed)
     pairs = sorted({(r["model"], r["task"]) for r in rows} | {(r["model"], r["task"]) for r in rd.rows(CUTS)})
     out: dict[str, Any] = {"arms": [r for r in table if r["stratum"] == "all"], "strata": [r for r in table if r["stratum"] != "all"],
                            "dose_response": dose, "counts": [intervention_counts(run, m, t) for m, t in pairs]}
@@ -337,4 +365,4 @@ def _summarise(rd: RunDir, seed: int, n_boot: int, n_perm: int) -> dict[str, Any
 
 
 __all__ = ["CUTS", "EXCLUSIONS", "INTERVENTIONS", "InterveneSettings", "arm_table", "dose_response", "intervene_stage",
-           "intervention_counts", "plan_cuts", "plot_interventions", "protocol_from_label", "summarise_interventions"]
+           "intervention_counts", "per_prompt_of", "plan_cuts", "plot_interventions", "protocol_from_label", "summarise_interventions"]

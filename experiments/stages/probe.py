@@ -5,7 +5,7 @@ Probes are always per task. `layout` is the headline (the paper's Exp. 3); `tran
 positive control (`role: control`): there the prompt fully specifies the geometry, so a model that
 reads its prompt at all should be decodable.
 
-For every model with `RUN/activations/<model>.h5` and every task:
+For every model with `RUN/activations/<model>/` (a folder of parts) and every task:
 - targets: the consensus occupancy over the model's valid attempts (all of them, greedy and sampled,
   as the paper; `target_attempts: sampled` leaves the greedy one out; `exclude_trivial` drops trivial
   renders) under the protocol and medium the capture used; prompts with fewer than `min_attempts` such
@@ -505,50 +505,56 @@ def _adjust(rows: list[dict[str, Any]]) -> None:
                 r["bh_family"] = (f"one test per model ({len(fam)} models): task {task}, target {target}, position {pos}")
 
 
+def sweep_table(rows: list[dict[str, Any]], model: str, task: str, targets: tuple[str, ...]) -> Any:
+    """The probe rows of one model, task and targets as `interp.sweep.probe_sweep`'s table (columns target, position,
+    layer, n, r2, lo, hi, text_r2, text_lo, text_hi), with the split-half ceiling per target in `attrs["ceiling"]`:
+    what a user gets from Python, so that the report's figure is drawn by the same `plot_sweep`."""
+    import pandas as pd
+
+    def num(v: Any) -> float:
+        return float("nan") if v is None else float(v)
+
+    mine = [r for r in rows if r.get("model") == model and r.get("task") == task and r.get("target") in targets]
+    text = {r["target"]: r for r in mine if r.get("features") == "text"}
+    out = []
+    for r in mine:
+        if r.get("features") != "resid" or not isinstance(r.get("layer"), int):
+            continue
+        tx = text.get(r["target"], {})
+        ci, tci = r.get("ci") or [None, None], tx.get("ci") or [None, None]
+        out.append({"target": r["target"], "position": r["position"], "layer": r["layer"], "n": r.get("n_prompts"),
+                    "r2": num(r.get("r2")), "lo": num(ci[0]), "hi": num(ci[1]), "text_r2": num(tx.get("r2")),
+                    "text_lo": num(tci[0]), "text_hi": num(tci[1])})
+    table = pd.DataFrame(out, columns=["target", "position", "layer", "n", "r2", "lo", "hi", "text_r2", "text_lo",
+                                       "text_hi"])
+    table.attrs["ceiling"] = {r["target"]: r["ceiling"] for r in mine
+                              if r.get("kind") == "ceiling" and r.get("ceiling") is not None}
+    return table
+
+
 def plot_probes(rd: RunDir, rows: list[dict[str, Any]]) -> list[Path]:
+    """`RUN/probes/<model>-<task>.png` (own target) and `...-shared.png` (shared vs specific), drawn by
+    `interp.sweep.plot_sweep` from the rows' table (`sweep_table`): the figure a user draws from Python."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+
+    from interp.sweep import plot_sweep
 
     out = []
     for model, task in sorted({(r["model"], r["task"]) for r in rows if "task" in r}):
-        mine = [r for r in rows if r["model"] == model and r.get("task") == task and r.get("features") == "resid"
-                and isinstance(r.get("layer"), int)]
-        if not mine:
-            continue
         for kind, tnames in (("", ("own",)), ("-shared", ("shared", "specific"))):
-            sel = [r for r in mine if r["target"] in tnames]
-            if not sel:
+            table = sweep_table(rows, model, task, tnames)
+            if table.empty:
                 continue
-            fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-            for (t, pos) in sorted({(r["target"], r["position"]) for r in sel}):
-                pts = sorted((r for r in sel if r["target"] == t and r["position"] == pos), key=lambda r: r["layer"])
-                xs = [r["layer"] for r in pts]
-                label = pos if kind == "" else f"{t} ({pos})"
-                nan = float("nan")
-                ax.plot(xs, [nan if r["r2"] is None else r["r2"] for r in pts], marker="o", ms=3, label=label)
-                ax.fill_between(xs, [nan if r["ci"][0] is None else r["ci"][0] for r in pts],
-                                [nan if r["ci"][1] is None else r["ci"][1] for r in pts], alpha=0.15)
-            for t in tnames:
-                text = [r for r in rows if r["model"] == model and r.get("task") == task and r.get("features") == "text"
-                        and r["target"] == t]
-                if text and text[0]["r2"] is not None:
-                    ax.axhline(text[0]["r2"], ls="--", color="gray", label=f"TF-IDF text baseline ({t})")
-                ceil = [r for r in rows if r["model"] == model and r.get("task") == task and r.get("kind") == "ceiling"
-                        and r["target"] == t]
-                if ceil and ceil[0]["ceiling"] is not None:
-                    ax.axhline(ceil[0]["ceiling"], ls=":", color="black", label=f"split-half ceiling ({t})")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers: no 0.5 ticks
-            ax.axhline(0, color="black", lw=0.5)
             final = next((r.get("final_site", "pre-norm") for r in rows if r.get("kind") == "targets" and r["model"] == model), "pre-norm")
-            ax.set_xlabel("layer L = input of block L (0 = embeddings); last = final residual, "
-                          + ("before the final norm" if final == "pre-norm" else "after the final norm"))
-            ax.set_ylabel("outer pooled R^2 (nested CV)")
-            ax.set_title(f"{model} ({task}): occupancy probe{' - shared vs specific' if kind else ''}")
-            ax.legend(fontsize=7)
-            fig.tight_layout()
+            n = int(table["n"].max()) if table["n"].notna().any() else None
+            lines = ["position"] if kind == "" else ["target", "position"]
+            fig = plot_sweep(table, lines=lines, title=f"{model} ({task}): occupancy probe"
+                             f"{' - shared vs specific' if kind else ''}" + (f", n = {n} prompts" if n else ""),
+                             xlabel="layer L = input of block L (0 = embeddings); last = final residual, "
+                             + ("before the final norm" if final == "pre-norm" else "after the final norm"))
             out.append(rd.save_figure(fig, f"{RunDir.PROBE_PLOTS}/{safe_name(model)}-{task}{kind}.png"))
             plt.close(fig)
     return out

@@ -1,15 +1,21 @@
 """`RUN/report/index.html` and `ambench report RUN... --out DIR`: one self-contained page (every image inline)
 that leads with the evidence.
 
-Order: the summary (the paper's questions, the runs' answers with CIs, one sentence each saying what the
+Order: a table of contents (every section of every run links from it); the summary (the paper's questions, the runs' answers with CIs, one sentence each saying what the
 numbers support, and how many of the methods recovered the answers built into the model organisms); then
 "the methods, validated": per method, the organism, the constructed answer, the measured value with its CI
 and whether it was recovered, computed from the organism runs' rows (`experiments.organisms.verdicts`),
 beside the organisms' per-layer R^2 plots and patching profile; then each real model's results: the
 paper's tables reproduced from the run, each with the paper's published values beside it
 (`experiments/data/paper.json`), where every table that could not be computed says in one line why and
-which command or preset computes it; the mosaics; the configuration last. The page has no timestamps, so
-the same runs give the same bytes.
+which command or preset computes it (steering included: "not computed", why and the command, until a run has
+steering rows); the mosaics; the configuration last. The page has no timestamps, so the same runs give the same
+bytes.
+
+Honest at small n (issue 30): every rate is shown with its n (prompts, cuts, continuations) and its prompt-clustered
+95% CI, and where one prompt is all there is the cell says "n = 1, no interval" (a bootstrap of one prompt is a
+point: "[0.333, 0.333]" read as certainty); figures are drawn 1,100 px wide and shown at full page width, so their
+10-11 pt text reads at 14-15 px (the interventions figure was squeezed into half the page, text ~6 px).
 
 The page is `experiments/templates/report.html.j2`, rendered by Jinja2 with autoescaping on: the
 sections below return data (headings, texts, tables of formatted cells, figures), never markup, so no
@@ -25,6 +31,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from experiments.numbers import text as num
 from experiments.rundir import RunDir, reading, safe_name, writing
@@ -83,6 +91,24 @@ def figure(path: Path, alt: str) -> Block | None:
 def ci(pair: Any) -> str:
     lo, hi = (pair or [None, None])[:2]
     return f"[{num(lo)}, {num(hi)}]"
+
+
+def interval(pair: Any, n: Any = None) -> str:
+    """A 95% CI cell: "[lo, hi]", or "n = 1, no interval" where there is none (one prompt: a bootstrap of one prompt
+    is a point, and "[0.333, 0.333]" would read as certainty)."""
+    lo, hi = (pair or [None, None])[:2]
+    if lo is None or hi is None:
+        return f"n = {n if n is not None else 1}, no interval"
+    return f"[{num(lo)}, {num(hi)}]"
+
+
+def figure_of(fig: Any, alt: str) -> Block:
+    """A matplotlib figure drawn for the page itself (the page is read-only on runs: nothing is written)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})  # no version string: the same rows, the same bytes
+    return {"kind": "figure", "alt": alt, "data": base64.b64encode(buf.getvalue()).decode()}
 
 
 def _excludes_zero(pair: Any) -> bool:
@@ -364,13 +390,17 @@ def _interventions(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], lis
                                "`ambench run` runs them after generation; `ambench intervene --run RUN` and "
                                "`ambench patch --run RUN` on a run")], []
     p = paper["interventions"]
-    arms = [dict(r, paired=f"{num(r['paired_asis_rate'])} → {num(r['paired_rate'])}" if "paired_rate" in r else None)
+    arms = [dict(r, paired=f"{num(r['paired_asis_rate'])} → {num(r['paired_rate'])}" if "paired_rate" in r else None,
+                 prompts=_prompts(r), rate_ci=interval(r.get("rate_ci"), _prompts(r)),
+                 delta_ci=interval(r["delta_ci"], _prompts(r)) if "delta_ci" in r else None)
             for r in t["arms"]]
     pu = p["moved_unused"]
     blocks = [title,
-              table(arms, ["model", "task", "arm", "cuts", "continuations", "rate", "rate_ci", "paired_cuts", "paired",
-                           "delta_vs_asis", "delta_ci", "p_perm", "q_bh", "mean_distance"],
-                    ["model", "task", "arm", "cuts", "continuations", "rate (all)", "95% CI", "paired cuts",
+              para("Every rate is the share of continuations that drew again, with its n (cuts, continuations, prompts) and "
+                   "a prompt-clustered bootstrap 95% CI; one prompt gives no interval (said so in the cell)."),
+              table(arms, ["model", "task", "arm", "prompts", "cuts", "continuations", "rate", "rate_ci", "paired_cuts",
+                           "paired", "delta_vs_asis", "delta_ci", "p_perm", "q_bh", "mean_distance"],
+                    ["model", "task", "arm", "prompts", "cuts", "continuations", "rate (all)", "95% CI", "paired cuts",
                      "null-asis → arm (paired)", "Δ vs null-asis", "Δ 95% CI", "p (sign flip)", "q (BH)", "mean distance"]),
               para(f"Paper: moved to unused cells, continued drawing GLM-4 32B {num(pu['GLM-4 32B']['asis'])} → "
                    f"{num(pu['GLM-4 32B']['moved'])} (Δ {num(pu['GLM-4 32B']['delta'], True)}), Gemma 2 27B "
@@ -385,24 +415,140 @@ def _interventions(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], lis
                    table([r for r in t["strata"] if "delta_vs_asis" in r],
                          ["model", "task", "stratum", "arm", "paired_cuts", "paired_asis_rate", "paired_rate", "delta_vs_asis",
                           "delta_ci", "q_bh"])]
+    for png in sorted(run.path.glob("interventions-*.png")):
+        blocks.append(figure(png, f"{png.stem.split('-', 1)[1]}: continued drawing per arm and by displacement "
+                                  "(prompt-clustered 95% CI; hollow: one prompt, no interval; n = continuations)"))
+    dose = t.get("dose_response") or []
+    blocks.append(heading("Dose-response: continued drawing by displacement", 2))
+    if dose:
+        blocks.append(table([dict(r, prompts=_prompts(r), rate_ci=interval(r.get("rate_ci"), _prompts(r))) for r in dose],
+                            ["model", "task", "bin", "mean_distance", "prompts", "cuts", "continuations", "rate", "rate_ci"],
+                            ["model", "task", "displacement bin (cells)", "mean displacement", "prompts", "cuts",
+                             "continuations", "rate", "95% CI"]))
+    else:
+        blocks.append(missing("Dose-response", "no moved arm has continuations", "`ambench intervene --run RUN`"))
     blocks.append(heading("Activation patching at the cut (beyond the paper)", 2))
     if t.get("patching"):
-        blocks.append(table(t["patching"], ["model", "task", "direction", "layer", "cuts", "rate"]))
+        blocks.append(table([dict(r, prompts=_prompts(r), rate_ci=interval(r.get("rate_ci"), _prompts(r)))
+                             for r in t["patching"]],
+                            ["model", "task", "direction", "layer", "prompts", "cuts", "continuations", "rate", "rate_ci"],
+                            ["model", "task", "direction", "patched layer", "prompts", "cuts", "continuations", "rate",
+                             "95% CI"]))
     else:
         blocks.append(missing("Activation patching", "no cut kept its token count after the splice, or patching did not run",
                               "`ambench patch --run RUN` (or `ambench run --patch-cuts N`)"))
-    for png in sorted(run.path.glob("interventions-*.png")) + sorted(run.path.glob("patching-*.png")):
-        blocks.append(figure(png, png.stem.replace("-", " ")))
+    for png in sorted(run.path.glob("patching-*.png")):
+        blocks.append(figure(png, f"{png.stem.split('-', 1)[1]}: continued drawing by patched layer, with the unpatched "
+                                  "null-asis rate (solid grey) and moved arm's rate (dashed) for reference"))
     answers = []
     for r in t["arms"]:
         if r["arm"] != "moved-unused" or "delta_vs_asis" not in r:
             continue
-        sig = r.get("q_bh", 1) < 0.05 and r["delta_ci"][0] > 0
+        lo = (r.get("delta_ci") or [None])[0]
+        sig = r.get("q_bh", 1) < 0.05 and lo is not None and lo > 0
         answers.append(f"{r['model']} ({r['task']}): moving the last statement to unused cells changes continued drawing "
                        f"{num(r['paired_asis_rate'])} → {num(r['paired_rate'])} (Δ {num(r['delta_vs_asis'], True)} "
-                       f"{ci(r['delta_ci'])}, q {num(r.get('q_bh'))}, {r['paired_cuts']} cuts): "
+                       f"{interval(r['delta_ci'], _prompts(r))}, q {num(r.get('q_bh'))}, {r['paired_cuts']} cuts): "
                        f"{'the model tracks the geometry in its code' if sig else 'no tracking shown at this power'}.")
     return blocks, ([{"q": "During generation, do models track the evolving geometry rather than a fixed plan? (Exp. 3)",
+                      "a": " ".join(answers)}] if answers else [])
+
+
+def _prompts(r: dict[str, Any]) -> Any:
+    """A table row's number of prompts (rows written before issue 30 did not record it: None, shown as "–")."""
+    return r.get("prompts")
+
+
+def steering_table(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
+    """Per (model, task, layer, position, region, strength): attempts, valid renders, prompts, the mean occupancy of the
+    steered region over valid renders with its prompt-clustered 95% CI (none with one prompt), and of the rest."""
+    from experiments.rates import cluster_ci
+
+    def key_of(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["model"], r.get("task", "layout"), r["layer"], r.get("position", "last"), r["region"], r["strength"])
+
+    out = []
+    for key in sorted({key_of(r) for r in rows}):
+        sel = [r for r in rows if key_of(r) == key]
+        valid = [r for r in sel if r.get("valid")]
+        per_prompt: dict[str, list[float]] = {}
+        for r in valid:
+            per_prompt.setdefault(r["prompt_id"], []).append(float(r["region_occupancy"]))
+        out.append({"model": key[0], "task": key[1], "layer": key[2], "position": key[3], "region": key[4],
+                    "strength": key[5], "attempts": len(sel), "valid": len(valid), "prompts": len(per_prompt),
+                    "region_occupancy": float(np.mean([r["region_occupancy"] for r in valid])) if valid else None,
+                    "ci": cluster_ci(per_prompt, n_boot, seed) if valid else [None, None],
+                    "other_occupancy": float(np.mean([r["other_occupancy"] for r in valid])) if valid else None})
+    return out
+
+
+def plot_steering(table_rows: list[dict[str, Any]]) -> Any:
+    """The steered region's occupancy by strength, one line per (model, layer, position, region), with 95% CI bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4.4), dpi=110)
+    for i, key in enumerate(sorted({(r["model"], r["layer"], r["position"], r["region"]) for r in table_rows})):
+        sel = [r for r in table_rows if (r["model"], r["layer"], r["position"], r["region"]) == key
+               and r["region_occupancy"] is not None]
+        if not sel:
+            continue
+        have = [r for r in sel if r["ci"][0] is not None]
+        ax.plot([r["strength"] for r in sel], [r["region_occupancy"] for r in sel], marker="o", color=f"C{i}",
+                label=f"{key[0]}, layer {key[1]} at {key[2]}: {key[3]} half")
+        if have:
+            ax.errorbar([r["strength"] for r in have], [r["region_occupancy"] for r in have],
+                        yerr=[[r["region_occupancy"] - r["ci"][0] for r in have], [r["ci"][1] - r["region_occupancy"] for r in have]],
+                        color=f"C{i}", ls="none", capsize=4)
+        for r in sel:
+            ax.annotate(f"n={r['valid']}", (r["strength"], r["region_occupancy"]), textcoords="offset points",
+                        xytext=(6, 4), fontsize=9, color=f"C{i}")
+    ax.set_xlabel("steering strength (multiples of the layer's mean residual norm)", fontsize=11)
+    ax.set_ylabel("occupancy of the steered region", fontsize=11)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("steering along the probe direction (bars: prompt-clustered 95% CI; n = valid renders)", fontsize=11)
+    ax.legend(fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _steering(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answer]]:
+    """Beyond the paper: generation steered along a probe's direction (stages/steer.py)."""
+    title = heading("Steering along a probe direction (beyond the paper)")
+    rows = run.rows(RunDir.STEERING)
+    if not rows:
+        return [title, missing("Steering", "the run has no steering rows: steering needs a fitted probe's layer and a "
+                               "region, and no preset of `ambench run` steers",
+                               "`ambench steer --run RUN --layer L --region left --strength 0 --strength 0.5` steers "
+                               "along the occupancy probe's direction at layer L and adds this section")], []
+    import matplotlib.pyplot as plt
+
+    st = steering_table(rows)
+    fig = plot_steering(st)
+    blocks = [title,
+              para("Each strength adds s × (the layer's mean residual norm) × the unit direction along which the probe's "
+                   "predicted occupancy of the region grows fastest; the steered region's occupancy is averaged over valid "
+                   "renders (strength 0 is the unsteered baseline)."),
+              table([dict(r, ci=interval(r["ci"], r["prompts"])) for r in st],
+                    ["model", "task", "layer", "position", "region", "strength", "attempts", "valid", "prompts",
+                     "region_occupancy", "ci", "other_occupancy"],
+                    ["model", "task", "layer", "position", "region", "strength", "attempts", "valid", "prompts",
+                     "region occupancy", "95% CI", "rest of the canvas"]),
+              figure_of(fig, "steering: occupancy of the steered region by strength")]
+    plt.close(fig)
+    answers = []
+    for key in sorted({(r["model"], r["layer"], r["position"], r["region"]) for r in st}):
+        sel = sorted((r for r in st if (r["model"], r["layer"], r["position"], r["region"]) == key
+                      and r["region_occupancy"] is not None), key=lambda r: r["strength"])
+        if len(sel) >= 2:
+            a, b = sel[0], sel[-1]
+            answers.append(f"{key[0]}, layer {key[1]}, {key[3]} half: occupancy {num(a['region_occupancy'])} "
+                           f"{interval(a['ci'], a['prompts'])} at strength {num(a['strength'])} → "
+                           f"{num(b['region_occupancy'])} {interval(b['ci'], b['prompts'])} at {num(b['strength'])} "
+                           f"({b['valid']} valid renders).")
+    return blocks, ([{"q": "Does steering along the probe's direction move the drawing? (beyond the paper)",
                       "a": " ".join(answers)}] if answers else [])
 
 
@@ -516,8 +662,8 @@ def _config(run: RunDir, title: str) -> dict[str, Any] | None:
     return {"title": title, "table": table(rows, ["setting", "value"])}
 
 
-SECTIONS: tuple[Section, ...] = (_translation, _layout, _media, _tier_gaps, _probes, _selectivity, _interventions, _attention,
-                                 _trajectory, _consistency)
+SECTIONS: tuple[Section, ...] = (_translation, _layout, _media, _tier_gaps, _probes, _selectivity, _interventions, _steering,
+                                 _attention, _trajectory, _consistency)
 
 
 # --------------------------------------------------------------------------- the methods, validated
@@ -603,6 +749,24 @@ def text_node(v: Any) -> Any:
     return Markup(html.escape(str(v), quote=False))
 
 
+def contents(runs: list[dict[str, Any]], validated: bool, config: bool) -> list[dict[str, Any]]:
+    """The table of contents: the summary, the validated methods, each run and its sections (the level-1 headings of
+    its blocks, which get their anchor ids here), the configuration. A page of 10,000 pixels needs one."""
+    toc: list[dict[str, Any]] = [{"id": "summary", "text": "Summary", "children": []}]
+    if validated:
+        toc.append({"id": "validated", "text": "The methods, validated: known answers in model organisms", "children": []})
+    for i, run in enumerate(runs, 1):
+        children = []
+        for j, b in enumerate(run["blocks"]):
+            if b.get("kind") == "heading" and b.get("level") == 1:
+                b["id"] = f"run-{i}-section-{j}"
+                children.append({"id": b["id"], "text": b["text"]})
+        toc.append({"id": f"run-{i}", "text": run["title"], "children": children})
+    if config:
+        toc.append({"id": "configuration", "text": "Configuration", "children": []})
+    return toc
+
+
 def render_page(paths: Sequence[Path]) -> str:
     """The report of `paths` (run directories, or folders of runs such as the organisms preset's output) as one
     HTML page. A folder of runs contributes its known-answer verdicts; a run contributes its results and, when its
@@ -644,13 +808,14 @@ def render_page(paths: Sequence[Path]) -> str:
         summary.append({"q": "Do the methods recover answers built into model organisms? (the methods, validated)",
                         "a": "Not shown on this page: `ambench run --preset organisms --out ORG` validates every method on "
                              "model organisms, and `ambench report ORG RUN --out DIR` puts those verdicts beside this run."})
+    toc = contents(runs, validated is not None, bool(config))
     env = jinja2.Environment(loader=jinja2.PackageLoader("experiments", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["text"] = text_node
     intro = ("The paper's questions and the answers of these runs. Each of the paper's tables below is reproduced from a run "
              f"with the paper's published values beside it for reference: {paper['source']}.")
     return env.get_template("report.html.j2").render(title="AM-Bench report", intro=intro, summary=summary,
-                                                     validated=validated, runs=runs, config=config)
+                                                     validated=validated, runs=runs, config=config, toc=toc)
 
 
 def write_report(run: Any) -> Path:
@@ -674,5 +839,5 @@ def write_combined(paths: Sequence[Path], out: Path) -> Path:
     return out / "index.html"
 
 
-__all__ = ["SECTIONS", "delta_note", "is_run", "organism_runs", "paper_values", "render_page", "validation_rows", "write_combined",
+__all__ = ["SECTIONS", "contents", "delta_note", "interval", "is_run", "organism_runs", "paper_values", "render_page", "validation_rows", "write_combined",
            "write_report"]

@@ -111,7 +111,9 @@ def _values(run: Path, names: dict[str, str]) -> dict:
     text = re.sub(r"<img[^>]*>", "[img]", page)
     text = html.unescape(re.sub(r"<[^>]+>", " ", text))
     text = re.sub(r"\s+", " ", text).strip()
-    out["report_text"] = clean(text[: text.find("Configuration")])  # results only: the settings table is metadata
+    # results only: the settings table is metadata (its heading is the page's last "Configuration": the table of contents
+    # at the top names it too, and cutting there would keep nothing of the results)
+    out["report_text"] = clean(text[: text.rfind("Configuration")])
     return out
 
 
