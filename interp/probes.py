@@ -88,6 +88,13 @@ def _scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mu, sd
 
 
+def carries_variance(x: np.ndarray) -> bool:
+    """Whether any feature column varies (by `_scale`'s rule): a matrix that does not (the same token's embedding in
+    every prompt) standardises to zeros and can only predict the training mean."""
+    x = np.asarray(x, dtype=np.float64)
+    return bool(np.isfinite(_scale(x)[1]).any()) if x.size else False
+
+
 def _standardise(xtr: np.ndarray, xte: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # in float64 whatever the store's dtype: float32 arithmetic leaves 1e-7 of rounding in every R^2, which another
     # BLAS kernel changes, and which is larger than TIE
@@ -115,14 +122,27 @@ def _pca_scores(ztr: np.ndarray, zte: np.ndarray, k: int) -> tuple[np.ndarray, n
         w, u = np.linalg.eigh(ztr @ ztr.T)
         order = np.argsort(w)[::-1]
         w, u = w[order], u[:, order]
-        keep = w > w[0] * 1e-12 if w[0] > 0 else np.zeros_like(w, dtype=bool)
-        kk = min(k, int(keep.sum()))
+        kk = min(k, _rank(np.sqrt(np.clip(w, 0.0, None))))
         u, s = u[:, :kk], np.sqrt(w[:kk])
         pte = (zte @ ztr.T) @ (u / s)
         return u, s, pte
     u, s, vt = np.linalg.svd(ztr, full_matrices=False)
-    kk = min(k, s.size)
+    # the same rule as the Gram branch: without it a zero singular value (constant features: layer 0 at a fixed
+    # template position) was kept, and a fit divided 0 by 0 into NaN predictions (issue 28)
+    kk = min(k, _rank(s))
     return u[:, :kk], s[:kk], zte @ vt[:kk].T
+
+
+#: Singular values below this share of the largest are rounding of a zero one (a rank-deficient or constant matrix):
+#: dropped on every branch of `_pca_scores` (1e-12 of the largest eigenvalue of the Gram matrix, as before).
+RANK_TOL = 1e-6
+
+
+def _rank(s: np.ndarray) -> int:
+    """How many of the descending singular values s are not rounding of zero (none when the largest is 0)."""
+    if not s.size or not s[0] > 0:
+        return 0
+    return int(np.sum(s > s[0] * RANK_TOL))
 
 
 def fold_predictions(xtr: Float[np.ndarray, "n_train d"], ytr: Float[np.ndarray, "n_train outputs"],
@@ -416,9 +436,26 @@ def permutations(n: int, n_perm: int, seed: int) -> np.ndarray:
 
 
 def perm_p(null: np.ndarray, observed: float) -> float:
-    """(1 + #{null >= observed}) / (1 + n): the permutation p-value (never 0)."""
+    """(1 + #{null >= observed}) / (1 + n): the permutation p-value (never 0); NaN when the observed statistic or any
+    value of the null is not finite: a NaN compares false with everything, so it used to count as a world that did
+    not reach the observed value, and a null of all NaN gave the smallest p there is (issue 28). The caller records
+    the missing p with its reason (`p_missing`)."""
     null = np.asarray(null, dtype=float)
+    if not np.isfinite(observed) or not np.all(np.isfinite(null)):
+        return float("nan")
     return float((1 + np.sum(null >= observed - 1e-12)) / (1 + null.size))
+
+
+def p_missing(null: np.ndarray, observed: float) -> str | None:
+    """Why `perm_p` gives no p-value for this null and observed statistic (None when it gives one)."""
+    null = np.asarray(null, dtype=float)
+    if not np.isfinite(observed):
+        return "the observed statistic is not finite (a probe without variance in its targets or predictions)"
+    bad = int(np.sum(~np.isfinite(null)))
+    if bad:
+        return (f"{bad} of {null.size} null statistics are not finite (a refit produced NaN): no p-value rests on "
+                "a broken null")
+    return None
 
 
 def bootstrap_counts(n: int, n_boot: int, seed: int) -> np.ndarray:

@@ -41,7 +41,8 @@ from experiments.rundir import RunDir, derive_seed, reading, safe_name, writing
 from experiments.stages.render import read_renders, render_stage, row_key
 from interp.baselines import LEXICAL, fitted_values, freedman_lane, lexical_features
 from interp.intervals import DEFAULT_REPEATS, Interval, delta_interval, fold_sums, r2_interval, repeat_seed, test_over_train
-from interp.probes import Grid, LayerSweep, benjamini_hochberg, occupancy, perm_p, permutations, split_half_ceiling
+from interp.probes import (Grid, LayerSweep, benjamini_hochberg, carries_variance, occupancy, p_missing, perm_p, permutations,
+                           split_half_ceiling)
 from interp.prompts import items_by_id
 
 PROBES = RunDir.PROBES
@@ -421,7 +422,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                 if t.name == "own" and s.n_perm_layers and np.isfinite(res.r2):
                     perms = permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"))
                     null = lsweep.permuted_r2(t.y, perms, layers=[layer])
-                    row.update(p_perm=perm_p(null, res.r2), null_mean=json_number(float(np.nanmean(null))), n_perm=s.n_perm_layers)
+                    row.update(**p_fields("p_perm", null, res.r2), null_mean=_null_mean(null), n_perm=s.n_perm_layers)
                 rows.append(row)
             best = first[(t.name, pos, "best")]
             rows.append({**tb, "features": "resid", "layer": "best", "position": pos, "r2": json_number(best.r2),
@@ -438,7 +439,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                 pseed = derive_seed(s.seed, name, task, t.name, pos, "delta-perm")
                 perms = permutations(len(t.ids), s.n_perm, pseed)
                 null = lsweep.permuted_r2(t.y, perms) - sw["lex"]["tfidf"].permuted_r2(t.y, perms)
-                drow.update(p_perm=perm_p(null, delta), null_mean=json_number(float(np.nanmean(null))), perm_seed=pseed)
+                drow.update(**p_fields("p_perm", null, delta), null_mean=_null_mean(null), perm_seed=pseed)
             rows.append(drow)
             rows.append(_beyond_text(tb, t, pos, lsweep, sw, f, best, sums, ratio, s, name, task))
     units.close()
@@ -452,7 +453,12 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
     cands = {b: ("text", b) if b == "tfidf" else ("lexical", b) for b in sw["lex"]}
     cands["embedding@position"] = ("lexical", f"embedding@position:{pos}")
     r2s = {b: sums.r2(k, t.name, len(t.ids), ratio).value for b, k in cands.items()}
-    order = [b for b in BASELINES if b in r2s]
+    # a baseline whose features carry no variance (the same token's embedding at a fixed template position in every
+    # prompt) predicts the training mean: its R^2 (about 0) beat lexical baselines that overfit on few prompts, it
+    # became the ceiling, and the test then asked whether the activations beat the mean (issue 28). Never a ceiling.
+    excluded = {b: "its features are the same for every prompt (no variance): it can only predict the mean"
+                for b in cands if not carries_variance(_baseline_x(b, f, pos))}
+    order = [b for b in BASELINES if b in r2s and b not in excluded]
     # the strongest by its estimate rounded to 1e-9 (rounding never picks the ceiling), ties in the listed order
     top = max(order, key=lambda b: (round(r2s[b], 9) if np.isfinite(r2s[b]) else -np.inf, -order.index(b)))
     bsweep = lsweep if top == "embedding@position" else sw["lex"][top]
@@ -465,16 +471,36 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
            "r2_baseline": json_number(bres.r2), "delta_beyond": json_number(delta), "delta_mean": json_number(iv.value),
            "delta_ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se), "n_perm": s.perms_beyond,
            "p_fl": None}
+    if excluded:
+        row["excluded_baselines"] = excluded
     if f["emb_mean"] is None:
         row["missing_baselines"] = {"embedding-mean": "the activations were captured without it (before issue 19): "
                                                       "capture again to add it"}
     if s.perms_beyond and np.isfinite(delta):
-        x = f["pos"][pos][0] if top == "embedding@position" else (f["emb_mean"] if top == "embedding-mean" else f["lexical"][top])
+        x = _baseline_x(top, f, pos)
         fitted = fitted_values(x, t.y, s.grid, s.seed)
         pseed = derive_seed(s.seed, name, task, t.name, pos, "beyond-text-perm")
         p, null = freedman_lane(lsweep, _OneLayer(bsweep, blayers), fitted, t.y, delta, s.perms_beyond, pseed)
-        row.update(p_fl=p, null_mean=json_number(float(np.nanmean(null))), perm_seed=pseed)
+        row.update(**p_fields("p_fl", null, delta), null_mean=_null_mean(null), perm_seed=pseed)
     return row
+
+
+def p_fields(name: str, null: np.ndarray, observed: float) -> dict[str, Any]:
+    """A row's p-value fields: `name` = the permutation p, or None with `<name>_missing` saying why (a NaN in the
+    null or the statistic is a missing value, never a p-value: issue 28)."""
+    p = perm_p(null, observed)
+    if np.isfinite(p):
+        return {name: p}
+    return {name: None, f"{name}_missing": p_missing(null, observed)}
+
+
+def _null_mean(null: np.ndarray) -> float | None:
+    return json_number(float(np.mean(null))) if len(null) and np.all(np.isfinite(null)) else None
+
+
+def _baseline_x(b: str, f: dict[str, Any], pos: str) -> np.ndarray:
+    """The feature matrix of baseline b at position pos."""
+    return f["pos"][pos][0] if b == "embedding@position" else (f["emb_mean"] if b == "embedding-mean" else f["lexical"][b])
 
 
 class _OneLayer:

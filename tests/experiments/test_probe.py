@@ -184,3 +184,30 @@ def test_the_beyond_text_row_names_its_ceiling_among_every_lexical_baseline(tmp_
         assert b["baseline"] == "embedding-mean" and set(b["baselines"]) >= lex | {"tfidf", "embedding@position"}
         assert abs(b["delta_beyond"]) < 0.15 and b["p_fl"] > 0.05 and "missing_baselines" not in b
         assert delta[pos]["delta_r2"] > 0.4
+
+
+def test_a_constant_baseline_is_never_the_ceiling_and_a_nan_null_is_no_p_value(tmp_path):
+    """Issue 28: at a fixed template position layer 0 is the same vector for every prompt. That constant baseline had
+    the best CV R^2 of the lexical baselines (the others are negative on few prompts) and became the text ceiling;
+    with fewer features than prompts its fit took the SVD branch, divided 0 by 0, every Freedman-Lane target was NaN,
+    and the NaN null gave the smallest p there is. A baseline without variance is no candidate (the row says why) and
+    no p-value rests on a NaN."""
+    prompts = _run(tmp_path)
+    rng = np.random.default_rng(5)
+    folder = tmp_path / "activations" / "m.h5"
+    acts = rng.normal(size=(len(prompts), 4, 3, 8)).astype(np.float32)  # d = 8 < 30 prompts: the SVD branch
+    acts[:, 0] = rng.normal(size=(1, 3, 8)).astype(np.float32)  # layer 0: one vector per position, every prompt
+    with ActivationWriter(folder, 4, 3, 8, {**META, "model": {"name": "m"}}) as w:
+        w.append(prompts, acts, np.zeros((len(prompts), 3)), ["layout"] * len(prompts))
+    rows = probe_stage(tmp_path, s=FAST)
+    bt = [r for r in rows if r.get("features") == "beyond_text"]
+    assert bt
+    for b in bt:
+        assert b["baseline"] != "embedding@position", b
+        assert "embedding@position" in b["excluded_baselines"], b
+        assert b["p_fl"] is None or 0 < b["p_fl"] <= 1
+        assert b["p_fl"] is not None or b["p_fl_missing"]
+        assert b["null_mean"] is not None  # the null is finite: the ceiling's fit no longer divides 0 by 0
+    for r in rows:  # no NaN anywhere a p-value stands
+        for k in ("p_perm", "p_fl"):
+            assert r.get(k) is None or 0 < r[k] <= 1, r
