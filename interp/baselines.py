@@ -46,18 +46,18 @@ def lexical_features(texts: Sequence[str]) -> dict[str, np.ndarray]:
             "char-ngrams": chars.toarray().astype(np.float64) if chars.shape[1] else np.zeros((len(texts), 1))}
 
 
-def fitted_values(x: np.ndarray, y: np.ndarray, grid, seed: int) -> np.ndarray:
+def fitted_values(x: np.ndarray, y: np.ndarray, grid, seed: int, groups: np.ndarray | None = None) -> np.ndarray:
     """The baseline's fitted values on every prompt: (k, alpha) chosen by K-fold CV over all prompts (the probe's
     inner criterion), then one fit on all of them."""
     from interp.probes import FittedProbe, LayerSweep
 
     n = y.shape[0]
-    k, alpha = LayerSweep([x], grid, seed, folds=[(np.arange(n), np.arange(0))]).select(y)
+    k, alpha = LayerSweep([x], grid, seed, folds=[(np.arange(n), np.arange(0))], groups=groups).select(y)
     return FittedProbe.fit(x, y, k, alpha).predict(x)
 
 
 def freedman_lane(probe, baseline, fitted: np.ndarray, y: np.ndarray, observed: float, n_perm: int, seed: int,
-                  layers: Sequence[int] | None = None) -> tuple[float, np.ndarray]:
+                  layers: Sequence[int] | None = None, groups: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """(p, null) of the beyond-text Delta `observed` = R^2(probe) - R^2(baseline): targets fitted + permuted
     residuals (y - fitted), both probes refitted on each (`probe`, `baseline`: LayerSweeps over the same prompts
     and folds; the probe's layer chosen inside the folds among `layers`, default all)."""
@@ -65,7 +65,7 @@ def freedman_lane(probe, baseline, fitted: np.ndarray, y: np.ndarray, observed: 
 
     y = np.asarray(y, dtype=np.float64)
     resid = y - fitted
-    perms = permutations(y.shape[0], n_perm, seed)
+    perms = permutations(y.shape[0], n_perm, seed, groups)  # residuals move as the groups' blocks allow
     if not n_perm:
         return float("nan"), np.zeros(0)
 

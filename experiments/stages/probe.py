@@ -40,7 +40,8 @@ import numpy as np
 from experiments.rundir import RunDir, derive_seed, reading, safe_name, writing
 from experiments.stages.render import read_renders, render_stage, row_key
 from interp.baselines import LEXICAL, fitted_values, freedman_lane, lexical_features
-from interp.intervals import DEFAULT_REPEATS, Interval, delta_interval, fold_sums, r2_interval, repeat_seed, test_over_train
+from interp.intervals import (DEFAULT_REPEATS, Interval, cluster_sums, delta_interval, fold_sums, r2_interval, repeat_seed,
+                              test_over_train)
 from interp.probes import (Grid, LayerSweep, benjamini_hochberg, carries_variance, occupancy, p_missing, perm_p, permutations,
                            split_half_ceiling)
 from interp.prompts import items_by_id
@@ -297,22 +298,29 @@ class _Sums:
     """Fold sums of every probe over the partitions of the repeated CV: key -> lists over partitions of the folds'
     SSE and SST (interp.intervals)."""
 
-    def __init__(self) -> None:
+    def __init__(self, outer: int) -> None:
         self.sse: dict[tuple[Any, ...], list[np.ndarray]] = {}
         self.sst: dict[tuple[str, ...], list[np.ndarray]] = {}
+        self.outer = outer
+        self.grouped: dict[str, bool] = {}  #: target -> whether its sums are the groups' (interp.intervals.cluster_sums)
 
-    def add(self, key: tuple[Any, ...], target: str, y: np.ndarray, pred: np.ndarray, folds: Any) -> None:
-        sse, sst = fold_sums(y, pred, folds)
+    def add(self, key: tuple[Any, ...], target: str, y: np.ndarray, pred: np.ndarray, folds: Any,
+            groups: np.ndarray | None = None) -> None:
+        self.grouped[target] = groups is not None
+        sse, sst = fold_sums(y, pred, folds) if groups is None else cluster_sums(y, pred, groups)
         self.sse.setdefault((target, *key), []).append(sse)
         if key[0] == "text":  # one SST per target and partition (every probe of a target shares its prompts)
             self.sst.setdefault((target,), []).append(sst)
 
     def r2(self, key: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
-        return r2_interval(np.stack(self.sse[(target, *key)]), np.stack(self.sst[(target,)]), n, ratio)
+        return r2_interval(np.stack(self.sse[(target, *key)]), np.stack(self.sst[(target,)]), n, ratio, folds=self._folds(target))
 
     def delta(self, a: tuple[Any, ...], b: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
         return delta_interval(np.stack(self.sse[(target, *a)]), np.stack(self.sse[(target, *b)]),
-                              np.stack(self.sst[(target,)]), n, ratio)
+                              np.stack(self.sst[(target,)]), n, ratio, folds=self._folds(target))
+
+    def _folds(self, target: str) -> int | None:
+        return self.outer if self.grouped.get(target) else None
 
 
 def _interval_fields(iv: Interval, value: str) -> dict[str, Any]:
@@ -345,16 +353,20 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             lex = lexical_features(_texts(run, task, t.ids))
             per_pos = {pos: [st.layer(layer, pos)[index] for layer in range(n_layers)] for pos in positions}
             emb_mean = st.embed_mean(index)  # None for a store captured before issue 19
-            features[key] = {"lexical": lex, "pos": per_pos, "emb_mean": emb_mean}
+            g, note = _usable_groups(_groups(run, task, t.ids), grid)
+            if note:
+                say(f"{name} {task}: {note}")
+            features[key] = {"lexical": lex, "pos": per_pos, "emb_mean": emb_mean, "groups": g, "grouping_note": note}
 
     def sweeps(j: int) -> dict[tuple[str, ...], dict[str, Any]]:
         seed = repeat_seed(s.seed, j)
         out = {}
         for key, f in features.items():
-            lex = {b: LayerSweep([x], grid, seed) for b, x in f["lexical"].items()}
+            g = f["groups"]
+            lex = {b: LayerSweep([x], grid, seed, groups=g) for b, x in f["lexical"].items()}
             if f["emb_mean"] is not None:
-                lex["embedding-mean"] = LayerSweep([f["emb_mean"]], grid, seed)
-            out[key] = {"lex": lex, "pos": {pos: LayerSweep(xs, grid, seed) for pos, xs in f["pos"].items()}}
+                lex["embedding-mean"] = LayerSweep([f["emb_mean"]], grid, seed, groups=g)
+            out[key] = {"lex": lex, "pos": {pos: LayerSweep(xs, grid, seed, groups=g) for pos, xs in f["pos"].items()}}
         return out
 
     headline = ("own", "shared", "specific")
@@ -362,7 +374,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
 
     units = bar((max(1, s.repeats) + 1) * len(tsets) * len(st.positions), f"probes {name} {task}", "target x position",
                 leave=False)
-    sums = _Sums()
+    sums = _Sums(grid.outer)
     first: dict[tuple[Any, ...], Any] = {}  # the study's own partition's results, for the rows' point estimates
     kept: dict[tuple[str, ...], dict[str, Any]] = {}
     for j in range(max(1, s.repeats)):
@@ -373,9 +385,10 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
         for t in tsets:
             sw = sw_all[tuple(t.ids)]
             folds = next(iter(sw["pos"].values())).outer
+            g = features[tuple(t.ids)]["groups"]
             lex = {b: x.layer(t.y, 0) for b, x in sw["lex"].items()}
             for b, res in lex.items():
-                sums.add(("text" if b == "tfidf" else "lexical", b), t.name, t.y, res.pred, folds)
+                sums.add(("text" if b == "tfidf" else "lexical", b), t.name, t.y, res.pred, folds, g)
             for pos, lsweep in sw["pos"].items():
                 units.update(1)
                 units.set_postfix_str(f"partition {j + 1}: {t.name} at {pos}, {lsweep.n_layers} layers")
@@ -383,10 +396,10 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                     say(f"{name} {task}: {t.name} target, position {pos}, {lsweep.n_layers} layers")
                 lsweep_res = {layer: lsweep.layer(t.y, layer) for layer in range(lsweep.n_layers)}
                 for layer, res in lsweep_res.items():
-                    sums.add(("resid", pos, layer), t.name, t.y, res.pred, folds)
+                    sums.add(("resid", pos, layer), t.name, t.y, res.pred, folds, g)
                 best = lsweep.best(t.y)
-                sums.add(("resid", pos, "best"), t.name, t.y, best.pred, folds)
-                sums.add(("lexical", f"embedding@position:{pos}"), t.name, t.y, lsweep_res[0].pred, folds)
+                sums.add(("resid", pos, "best"), t.name, t.y, best.pred, folds, g)
+                sums.add(("lexical", f"embedding@position:{pos}"), t.name, t.y, lsweep_res[0].pred, folds, g)
                 if j == 0:
                     first[(t.name, pos, "layers")] = lsweep_res
                     first[(t.name, pos, "best")] = best
@@ -396,7 +409,10 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
     for t in tsets:
         f, sw = features[tuple(t.ids)], kept[tuple(t.ids)]
         ratio = test_over_train(len(t.ids), grid.outer)
-        tb = {**base, "target": t.name, "n_prompts": len(t.ids), "repeats": max(1, s.repeats)}
+        g = f["groups"]
+        tb = {**base, "target": t.name, "n_prompts": len(t.ids), "repeats": max(1, s.repeats), **_grouping(g)}
+        if f["grouping_note"]:
+            tb["grouping_note"] = f["grouping_note"]
         if t.contributors is not None:
             tb["shared_models"] = sorted(t.contributors)
         if t.half_a is not None and t.name in headline:
@@ -420,7 +436,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                 row = {**tb, "features": "resid", "layer": layer, "position": pos, "r2": json_number(res.r2),
                        **_interval_fields(sums.r2(("resid", pos, layer), t.name, len(t.ids), ratio), "r2"), "chosen": res.chosen}
                 if t.name == "own" and s.n_perm_layers and np.isfinite(res.r2):
-                    perms = permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"))
+                    perms = permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"), g)
                     null = lsweep.permuted_r2(t.y, perms, layers=[layer])
                     row.update(**p_fields("p_perm", null, res.r2), null_mean=_null_mean(null), n_perm=s.n_perm_layers)
                 rows.append(row)
@@ -437,9 +453,11 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                     "n_perm": s.n_perm, "p_perm": None, "chosen_layers": [c["layer"] for c in best.chosen]}
             if s.n_perm and np.isfinite(delta):
                 pseed = derive_seed(s.seed, name, task, t.name, pos, "delta-perm")
-                perms = permutations(len(t.ids), s.n_perm, pseed)
+                perms = permutations(len(t.ids), s.n_perm, pseed, g)
                 null = lsweep.permuted_r2(t.y, perms) - sw["lex"]["tfidf"].permuted_r2(t.y, perms)
                 drow.update(**p_fields("p_perm", null, delta), null_mean=_null_mean(null), perm_seed=pseed)
+            if g is not None:
+                drow["paper"] = _paper_delta(f, t, pos, grid, s, name, task)
             rows.append(drow)
             rows.append(_beyond_text(tb, t, pos, lsweep, sw, f, best, sums, ratio, s, name, task))
     units.close()
@@ -478,11 +496,75 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
                                                       "capture again to add it"}
     if s.perms_beyond and np.isfinite(delta):
         x = _baseline_x(top, f, pos)
-        fitted = fitted_values(x, t.y, s.grid, s.seed)
+        fitted = fitted_values(x, t.y, s.grid, s.seed, f["groups"])
         pseed = derive_seed(s.seed, name, task, t.name, pos, "beyond-text-perm")
-        p, null = freedman_lane(lsweep, _OneLayer(bsweep, blayers), fitted, t.y, delta, s.perms_beyond, pseed)
+        p, null = freedman_lane(lsweep, _OneLayer(bsweep, blayers), fitted, t.y, delta, s.perms_beyond, pseed,
+                                groups=f["groups"])
         row.update(**p_fields("p_fl", null, delta), null_mean=_null_mean(null), perm_seed=pseed)
     return row
+
+
+#: what a grouped row's statistics estimate, and what the paper's procedure's number estimates (docs/probes.md)
+ESTIMANDS = {"groups": "new prompts of new groups (layout: of subcategories the probe was not trained on)",
+             "none": "new prompts like these (prompts taken as independent)",
+             "paper": "new prompts of the same groups (prompt-level folds and permutations: the paper's procedure)"}
+
+
+def _groups(run: Any, task: str, ids: list[str]) -> np.ndarray | None:
+    """Each prompt's group label (the recorded prompt's `group`, else the built-in prompt's: a layout prompt's
+    subcategory); None when no prompt has one. A prompt without a group among grouped ones is its own group."""
+    recorded = reading(run).prompts()
+    builtin = items_by_id()
+    labels = []
+    for p in ids:
+        item = recorded.get((task, p))
+        g = item.group if item is not None else ""
+        if not g and p in builtin and builtin[p].task == task and (item is None or item.text == builtin[p].text):
+            g = builtin[p].group
+        labels.append(g)
+    if not any(labels):
+        return None
+    return np.array([g if g else f"prompt:{p}" for g, p in zip(labels, ids)])
+
+
+def _usable_groups(g: np.ndarray | None, grid: Grid) -> tuple[np.ndarray | None, str | None]:
+    """The groups if grouped nested CV can run on them (at least 2 x outer groups, as prompts need, and `inner`
+    groups in every outer training set), else None with the reason (the rows then say the prompts were taken as
+    independent, and what that estimand is)."""
+    if g is None:
+        return None, None
+    count = int(np.unique(g).size)
+    need = max(2 * grid.outer, int(np.ceil(grid.inner * grid.outer / (grid.outer - 1))))
+    if count < need:
+        return None, (f"only {count} prompt groups, {need} needed for grouped {grid.outer}x{grid.inner}-fold nested CV: "
+                      "folds, permutations and intervals take the prompts as independent")
+    return g, None
+
+
+def _grouping(g: np.ndarray | None) -> dict[str, Any]:
+    """The row fields that say which grouping the row's folds, permutations and intervals used."""
+    if g is None:
+        return {"grouping": "none", "estimand": ESTIMANDS["none"]}
+    return {"grouping": "groups", "n_groups": int(np.unique(g).size), "estimand": ESTIMANDS["groups"]}
+
+
+def _paper_delta(f: dict[str, Any], t: TargetSet, pos: str, grid: Grid, s: ProbeSettings, name: str, task: str
+                 ) -> dict[str, Any]:
+    """The headline Delta by the paper's procedure on grouped prompts (prompt-level folds and permutations): kept for
+    comparability with the paper, labelled; it answers "new prompts of the same groups", and its permutation test
+    is not calibrated when groups share a layout (issue 28: p <= 0.05 in 92% of data sets under a family null)."""
+    probe = LayerSweep(f["pos"][pos], grid, s.seed)
+    text = LayerSweep([f["lexical"]["tfidf"]], grid, s.seed)
+    r2p, r2t = probe.best(t.y).r2, text.layer(t.y, 0).r2
+    out: dict[str, Any] = {"procedure": "the paper's: prompt-level folds and permutations, groups ignored",
+                           "estimand": ESTIMANDS["paper"], "delta_r2": json_number(r2p - r2t),
+                           "r2_resid": json_number(r2p), "r2_text": json_number(r2t), "p_perm": None}
+    if s.n_perm and np.isfinite(r2p - r2t):
+        pseed = derive_seed(s.seed, name, task, t.name, pos, "delta-perm")
+        perms = permutations(len(t.ids), s.n_perm, pseed)
+        null = probe.permuted_r2(t.y, perms) - text.permuted_r2(t.y, perms)
+        out.update(**p_fields("p_perm", null, r2p - r2t), perm_seed=pseed)
+    return out
 
 
 def p_fields(name: str, null: np.ndarray, observed: float) -> dict[str, Any]:

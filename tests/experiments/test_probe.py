@@ -211,3 +211,53 @@ def test_a_constant_baseline_is_never_the_ceiling_and_a_nan_null_is_no_p_value(t
     for r in rows:  # no NaN anywhere a p-value stands
         for k in ("p_perm", "p_fl"):
             assert r.get(k) is None or 0 < r[k] <= 1, r
+
+
+def _family_run(tmp_path, per_group=4, seed=0):
+    """Layout prompts of all 15 subcategories whose layouts share a rectangle per subcategory (plus a small
+    per-prompt shift): the paper's prompts come in families that share wording and layout."""
+    rng = np.random.default_rng(seed)
+    prompts = [p for p in load_layout_prompts()]
+    chosen = [p for s in sorted({p.subcategory for p in prompts}) for p in [q for q in prompts if q.subcategory == s][:per_group]]
+    fam = {s: tuple(int(v) for v in (rng.integers(0, 12), rng.integers(0, 12), rng.integers(6, 12), rng.integers(6, 12)))
+           for s in sorted({p.subcategory for p in chosen})}
+    rows = []
+    for p in chosen:
+        r, c, h, w = fam[p.subcategory]
+        dr = int(rng.integers(-1, 2))
+        for k in range(2):
+            rows.append({"task": "layout", "prompt_id": p.id, "model": "m", "protocol": "zero-shot", "medium": "v1",
+                         "sample": k, "seed": k, "temperature": 0.7, "prefix": "", "code": None,
+                         "text": f"fill('white')\nrect({r + dr}, {c}, {h}, {w}, 'red')", "n_tokens": 1, "stop": "eos",
+                         "entropy": [0.1], "mean_entropy": 0.1})
+    append(tmp_path, rows)
+    render_stage(tmp_path, workers=1)
+    return chosen
+
+
+def test_prompt_families_get_grouped_folds_and_permutations_and_the_paper_procedure_is_labelled(tmp_path):
+    """Issue 28: activations that carry one effect per subcategory and targets that carry another, independent one:
+    activations and targets are independent as wholes, so nothing is decodable for new prompts of new subcategories.
+    With prompt-level folds a probe learns subcategory -> its layout from subcategory-mates, and the paper's
+    permutation test (whose permutations scatter the subcategories) finds it (the broken variant, kept in the row as
+    the paper's procedure). Grouped folds and block permutations: no effect, no small p, and every row says which
+    grouping it used."""
+    chosen = _family_run(tmp_path)
+    rng = np.random.default_rng(7)
+    fam = {s: rng.normal(size=40) * 2 for s in sorted({p.subcategory for p in chosen})}
+    acts = rng.normal(size=(len(chosen), 4, 3, 40)).astype(np.float32)
+    for i, p in enumerate(chosen):
+        acts[i, 1:] += fam[p.subcategory].astype(np.float32)  # layers 1-3: the subcategory's effect, not its layout
+    with ActivationWriter(tmp_path / "activations" / "m.h5", 4, 3, 40, {**META, "model": {"name": "m"}}) as w:
+        w.append([p.id for p in chosen], acts, np.zeros((len(chosen), 3)), ["layout"] * len(chosen))
+    rows = probe_stage(tmp_path, s=FAST)
+    probes = [r for r in rows if "features" in r]
+    assert probes and all(r["grouping"] == "groups" and r["n_groups"] == 15 for r in probes)
+    deltas = [r for r in probes if r["features"] == "delta"]
+    assert len(deltas) == 3
+    for d in deltas:
+        assert "new groups" in d["estimand"] and "the paper's" in d["paper"]["procedure"]
+        assert d["paper"]["delta_r2"] > 0.1 and d["paper"]["p_perm"] == 1 / 20, d["paper"]  # the broken variant
+    assert np.mean([d["delta_r2"] for d in deltas]) < 0.05
+    assert sum(d["p_perm"] <= 0.05 for d in deltas) <= 1
+    assert all(r["grouping"] == "groups" for r in probes if r["features"] == "beyond_text")
