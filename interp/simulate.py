@@ -12,6 +12,10 @@ would. What each kind plants:
 - `null`: the target is noise, independent of words and activations.
 - `text-only`: the target = text effect + noise; the layers hold only the prompt's words (a linear map of its
   bag of words, as the model's input embeddings give, plus noise): nothing beyond the text.
+- `text-order` (issue 28): every prompt holds two marker words `ma` and `mb`, at least three words apart, in
+  either order among its shuffled words; the target's text effect is their order only (`text_share`), and every
+  layer holds the words and that order (a model that reads word order): nothing beyond the text, but only a
+  reading of word order finds it (a bag of words or of 1-3 grams does not: the markers are never within a trigram).
 
 Prompts in families (issue 28; `family_size` > 0): a data set draws n / family_size new families of
 `family_size` prompts each (`DataSet.groups` labels them), as the paper's 15 subcategories x 10 prompts. A family
@@ -34,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-KINDS = ("planted", "null", "text-only")
+KINDS = ("planted", "null", "text-only", "text-order")
 FAMILIES = ("none", "independent", "shared")
 
 
@@ -85,6 +89,20 @@ class Population:
         for i in range(n):
             bag[i, rng.choice(self.vocab, size=self.words, replace=False)] = 1.0
         texts = [" ".join(f"w{j:02d}" for j in np.flatnonzero(row)) for row in bag]
+        order = np.zeros(n)
+        if self.kind == "text-order":
+            texts = []
+            for i in range(n):
+                ws = [f"w{j:02d}" for j in rng.permutation(np.flatnonzero(bag[i]))]
+                while True:  # two places at least 3 apart among words + 2
+                    a, b = rng.choice(len(ws) + 2, size=2, replace=False)
+                    if abs(int(a) - int(b)) >= 3:
+                        break
+                out = [None] * (len(ws) + 2)
+                out[a], out[b] = "ma", "mb"
+                rest = iter(ws)
+                texts.append(" ".join(w if w is not None else next(rest) for w in out))
+                order[i] = 1.0 if a < b else -1.0
         hidden = rng.normal(size=(n, self.latent))
         emb_mean = bag @ p["emb"] / self.words  # the input embeddings averaged over the prompt
         # population variances of the two effects, so that each explains its stated share of the target
@@ -92,10 +110,12 @@ class Population:
         text_var = q * (1 - q) * (p["text_w"] ** 2).sum(axis=0).mean()
         hidden_var = (p["hidden_w"] ** 2).sum(axis=0).mean()
         text = (bag[:, :self.relevant] - q) @ p["text_w"] / np.sqrt(text_var)
+        if self.kind == "text-order":
+            text = order[:, None] * p["text_w"][0] / np.sqrt((p["text_w"][0] ** 2).mean())
         hid = hidden @ p["hidden_w"] / np.sqrt(hidden_var)
         if self.kind == "null":
             shares = (0.0, 0.0)
-        elif self.kind == "text-only":
+        elif self.kind in ("text-only", "text-order"):
             shares = (self.text_share, 0.0)
         else:
             shares = (self.text_share, self.hidden_share)
@@ -118,6 +138,8 @@ class Population:
             x = words_part @ p["word_mix"][layer] + self.act_noise * rng.normal(size=(n, self.d)) + fam_x
             if self.kind == "planted" and layer >= self.latent_from:
                 x = x + hidden @ p["mix"][layer]
+            if self.kind == "text-order":
+                x = x + order[:, None] * p["mix"][layer][0]
             xs.append(x)
         return DataSet(texts, xs, y, emb_mean, groups)
 
@@ -218,30 +240,97 @@ def delta_test_replications(pop: Population, n: int, reps: int, grid, n_perm: in
     return out
 
 
-def beyond_text_replications(pop: Population, n: int, reps: int, grid, n_perm: int, seed: int = 500
-                             ) -> list[dict[str, Any]]:
+def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarray, grid, n_perm: int, seed: int,
+                     extra: dict[str, np.ndarray] | None = None, fitted: str = "cross",
+                     without: Sequence[str] = ()) -> dict[str, Any]:
+    """The beyond-text test of one data set, as the probe stage runs it: every lexical baseline (and `extra` ones,
+    e.g. the averaged input embeddings) probed with nested CV, the strongest that carries variance is the ceiling,
+    and Freedman-Lane's p of the probe's (layer chosen inside the folds) Delta against it. `fitted`: "cross", the
+    ceiling's out-of-fold predictions (the stage's), or "in-sample", one fit on all prompts (the test before issue
+    28, kept as the broken variant). `without`: baselines left out (a broken variant: no reading of word order)."""
+    from interp.baselines import fitted_values, freedman_lane, lexical_features
+    from interp.probes import LayerSweep, carries_variance
+
+    feats = {**lexical_features(texts), **(extra or {})}
+    feats = {k: v for k, v in feats.items() if carries_variance(v) and k not in without}
+    sweeps = {k: LayerSweep([v], grid, seed) for k, v in feats.items()}
+    res = {k: sw.layer(y, 0) for k, sw in sweeps.items()}
+    r2 = {k: v.r2 for k, v in res.items()}
+    top = max(r2, key=lambda k: (round(r2[k], 9), -list(r2).index(k)))
+    probe = LayerSweep(xs, grid, seed)
+    rp = probe.best(y).r2
+    fit = res[top].pred if fitted == "cross" else fitted_values(feats[top], y, grid, seed)
+    p_fl, _ = freedman_lane(probe, sweeps[top], fit, y, rp - r2[top], n_perm, seed)
+    return {"baseline": top, "r2_baseline": r2[top], "r2_probe": rp, "beyond": rp - r2[top], "p_fl": p_fl,
+            "baselines": r2, "probe": probe, "sweeps": sweeps}
+
+
+def organism_prompts(name: str = "random-planner", swapped: bool = False, seed: int = 0) -> tuple[list[Any], np.ndarray]:
+    """The held-out prompts of a committed organism, and per prompt its order bit: with `swapped`, a seeded half of
+    them say "by the {place}" before "at {time}" (bit 1; the two words never adjacent), for a target that depends
+    on word order only."""
+    from interp.organisms import WEIGHTS
+    from interp.prompts import PromptItem, load_prompts
+
+    items = load_prompts(WEIGHTS / name / "prompts.jsonl")
+    bits = np.zeros(len(items))
+    if swapped:
+        import re
+
+        flip = np.random.default_rng(seed).random(len(items)) < 0.5
+        out = []
+        for it, f in zip(items, flip):
+            m = re.search(r"(at \w+) (by the \w+)", it.text)
+            text = it.text.replace(m.group(0), f"{m.group(2)} {m.group(1)}") if (f and m) else it.text
+            bits[len(out)] = float(bool(f and m))
+            out.append(PromptItem(it.id, it.task, text, it.subject))
+        items = out
+    return items, bits
+
+
+def organism_activations(items: Sequence[Any], name: str = "random-planner", position: str = "last") -> list[np.ndarray]:
+    """Per site [n, d_model] residual-stream activations of a committed organism (a real trained transformer) at a
+    token position of each prompt (zero-shot protocol), as the capture stage takes them."""
+    from interp.prompts import Protocol, build
+    from interp.runtime import Runtime
+
+    rt = Runtime.load(f"organism:{name}", device="cpu")
+    built = [build(i, Protocol("zero-shot", 0), rt.tokenizer) for i in items]
+    acts = rt.capture([b.tokens for b in built], [[b.positions[position]] for b in built])[:, :, 0, :].numpy()
+    return [acts[:, layer].astype(np.float64) for layer in range(acts.shape[1])]
+
+
+def word_targets(feature: np.ndarray, reps: int, share: float = 0.3, outputs: int = 36, seed: int = 0
+                 ) -> list[np.ndarray]:
+    """`reps` target sets [n, outputs] that depend on the text only through one prompt-level feature (a word's
+    presence, a word order bit): share * that feature along a random direction + noise, each seeded."""
+    z = (feature - feature.mean()) / feature.std()
+    out = []
+    for r in range(reps):
+        rng = np.random.default_rng([seed, r])
+        out.append(np.sqrt(share) * z[:, None] * rng.normal(size=outputs) + np.sqrt(1 - share) * rng.normal(size=(len(z), outputs)))
+    return out
+
+
+def beyond_text_replications(pop: Population, n: int, reps: int, grid, n_perm: int, seed: int = 500,
+                             fitted: str = "cross", without: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Per simulated data set: the beyond-text Delta against the strongest lexical baseline (the lexical readings
     of the text and the prompt's averaged input embeddings) with its Freedman-Lane p, and, for comparison, the
     paper's Delta against TF-IDF with its plain permutation p (null: targets independent of everything)."""
-    from interp.baselines import fitted_values, freedman_lane, lexical_features
-    from interp.probes import LayerSweep, perm_p, permutations
+    from interp.probes import perm_p, permutations
 
     out = []
     for r in range(reps):
         ds = pop.sample(n, seed + r)
-        feats = {**lexical_features(ds.texts), "embedding-mean": ds.emb_mean}
-        sweeps = {k: LayerSweep([v], grid, r) for k, v in feats.items()}
-        r2 = {k: sw.layer(ds.y, 0).r2 for k, sw in sweeps.items()}
-        top = max(r2, key=lambda k: (round(r2[k], 9), -list(r2).index(k)))
-        probe = LayerSweep(ds.xs, grid, r)
-        rp = probe.best(ds.y).r2
-        p_fl, _ = freedman_lane(probe, sweeps[top], fitted_values(feats[top], ds.y, grid, r), ds.y, rp - r2[top], n_perm, r)
+        got = beyond_text_test(ds.xs, ds.texts, ds.y, grid, n_perm, r, {"embedding-mean": ds.emb_mean}, fitted, without)
+        probe, tfidf = got.pop("probe"), got.pop("sweeps")["tfidf"]
         perms = permutations(n, n_perm, r)
-        null = probe.permuted_r2(ds.y, perms) - sweeps["tfidf"].permuted_r2(ds.y, perms)
-        out.append({"baseline": top, "r2_baseline": r2[top], "r2_probe": rp, "beyond": rp - r2[top], "p_fl": p_fl,
-                    "paper_delta": rp - r2["tfidf"], "p_paper": perm_p(null, rp - r2["tfidf"])})
+        null = probe.permuted_r2(ds.y, perms) - tfidf.permuted_r2(ds.y, perms)
+        paper = got["r2_probe"] - got["baselines"]["tfidf"]
+        out.append({**got, "paper_delta": paper, "p_paper": perm_p(null, paper)})
     return out
 
 
-__all__ = ["DataSet", "FAMILIES", "KINDS", "PROCEDURES", "Population", "beyond_text_replications", "delta_test_replications",
+__all__ = ["DataSet", "FAMILIES", "KINDS", "PROCEDURES", "Population", "beyond_text_replications", "beyond_text_test",
+           "organism_activations", "organism_prompts", "word_targets", "delta_test_replications",
            "expected_r2", "interval_replications"]

@@ -259,7 +259,10 @@ def _probes(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answe
         if beyond:  # the claim "beyond the prompt's text": against the strongest lexical baseline (docs/probes.md)
             blocks.append(para("Beyond the prompt's text: the probe against the strongest lexical baseline (the text "
                                "ceiling), with a Freedman-Lane permutation test whose null is \"nothing beyond that "
-                               "baseline\"."))
+                               "baseline\". The baselines are linear readings of the words, word 1-3 grams, characters, "
+                               "words at their places, the order of word pairs and the model's input embeddings: \"beyond "
+                               "the text\" here excludes only what they read; a nonlinear function of the words (e.g. an "
+                               "XOR of two words named apart) counts as beyond them (docs/probes.md)."))
             blocks.append(table(beyond, ["model", "target", "position", "n_prompts", "r2_resid", "baseline", "r2_baseline",
                                          "delta_beyond", "delta_ci", "p_fl", "q_bh", "n_perm"],
                                 ["model", "target", "position", "prompts", "R² best layer", "text ceiling", "R² ceiling",
