@@ -48,3 +48,38 @@ def test_the_word_order_baseline_reads_a_word_order_target_that_bags_cannot():
     broken = beyond_text_replications(pop, 80, 4, GRID, 19, without=("word-order", "word-positions"))
     assert all(r["baseline"] == "word-order" and r["beyond"] < 0.05 for r in right), right
     assert all(r["beyond"] > 0.2 for r in broken), broken
+
+
+def _needs_random_planner():
+    from interp.organisms import WEIGHTS, record
+    from interp.organisms.zoo import code_version
+
+    stale = (record(WEIGHTS / "random-planner") or {}).get("code_version") != code_version("random-planner")
+    return pytest.mark.skipif(stale, reason="committed random-planner weights missing or stale")
+
+
+@pytest.mark.slow
+@_needs_random_planner()
+def test_text_only_targets_on_real_activations_are_not_beyond_the_text_and_the_in_sample_null_says_they_are():
+    """Issue 28: on a real transformer's activations (the random planner's, 208 prompts, `last` token) a target that
+    depends on one colour word only was "beyond the text" in 30-50% of data sets. With the ceiling's cross-fitted
+    values the test rejects rarely (perf/bench_beyond_text.py: 1 of 40); the broken variant, its in-sample fit (the
+    test before), rejects often (10 of 20 there). A word-order target (place phrase before time phrase, the two
+    words never adjacent) is not beyond the text either."""
+    from interp.simulate import organism_activations, organism_prompts, word_targets
+
+    grid = Grid(pca=(4, 8, 16, 32), outer=5, inner=3)
+    items, _ = organism_prompts()
+    xs = organism_activations(items)
+    texts = [i.text for i in items]
+    teal = np.array([" teal " in f" {t} " for t in texts], float)
+    ys = word_targets(teal, 12, seed=11)
+    right = [beyond_text_test(xs, texts, y, grid, 99, r)["p_fl"] for r, y in enumerate(ys)]
+    broken = [beyond_text_test(xs, texts, y, grid, 99, r, fitted="in-sample")["p_fl"] for r, y in enumerate(ys)]
+    assert sum(p <= 0.05 for p in right) <= 1, right
+    assert sum(p <= 0.05 for p in broken) >= 3, broken
+    items, bits = organism_prompts(swapped=True)
+    xs = organism_activations(items)
+    texts = [i.text for i in items]
+    order = [beyond_text_test(xs, texts, y, grid, 99, r)["p_fl"] for r, y in enumerate(word_targets(bits, 6, seed=11))]
+    assert sum(p <= 0.05 for p in order) <= 1, order
