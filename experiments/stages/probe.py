@@ -353,7 +353,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             lex = lexical_features(_texts(run, task, t.ids))
             per_pos = {pos: [st.layer(layer, pos)[index] for layer in range(n_layers)] for pos in positions}
             emb_mean = st.embed_mean(index)  # None for a store captured before issue 19
-            g, note = _usable_groups(_groups(run, task, t.ids), grid)
+            g, note = usable_groups(prompt_groups(run, task, t.ids), grid)
             if note:
                 say(f"{name} {task}: {note}")
             features[key] = {"lexical": lex, "pos": per_pos, "emb_mean": emb_mean, "groups": g, "grouping_note": note}
@@ -512,7 +512,7 @@ ESTIMANDS = {"groups": "new prompts of new groups (layout: of subcategories the 
              "paper": "new prompts of the same groups (prompt-level folds and permutations: the paper's procedure)"}
 
 
-def _groups(run: Any, task: str, ids: list[str]) -> np.ndarray | None:
+def prompt_groups(run: Any, task: str, ids: list[str]) -> np.ndarray | None:
     """Each prompt's group label (the recorded prompt's `group`, else the built-in prompt's: a layout prompt's
     subcategory); None when no prompt has one. A prompt without a group among grouped ones is its own group."""
     recorded = reading(run).prompts()
@@ -529,7 +529,7 @@ def _groups(run: Any, task: str, ids: list[str]) -> np.ndarray | None:
     return np.array([g if g else f"prompt:{p}" for g, p in zip(labels, ids)])
 
 
-def _usable_groups(g: np.ndarray | None, grid: Grid) -> tuple[np.ndarray | None, str | None]:
+def usable_groups(g: np.ndarray | None, grid: Grid) -> tuple[np.ndarray | None, str | None]:
     """The groups if grouped nested CV can run on them (at least 2 x outer groups, as prompts need, and `inner`
     groups in every outer training set), else None with the reason (the rows then say the prompts were taken as
     independent, and what that estimand is)."""

@@ -213,7 +213,7 @@ def test_a_constant_baseline_is_never_the_ceiling_and_a_nan_null_is_no_p_value(t
             assert r.get(k) is None or 0 < r[k] <= 1, r
 
 
-def _family_run(tmp_path, per_group=4, seed=0):
+def _family_run(tmp_path, per_group=4, seed=0, models=("m",)):
     """Layout prompts of all 15 subcategories whose layouts share a rectangle per subcategory (plus a small
     per-prompt shift): the paper's prompts come in families that share wording and layout."""
     rng = np.random.default_rng(seed)
@@ -222,11 +222,11 @@ def _family_run(tmp_path, per_group=4, seed=0):
     fam = {s: tuple(int(v) for v in (rng.integers(0, 12), rng.integers(0, 12), rng.integers(6, 12), rng.integers(6, 12)))
            for s in sorted({p.subcategory for p in chosen})}
     rows = []
-    for p in chosen:
+    for p, m in ((p, m) for p in chosen for m in models):
         r, c, h, w = fam[p.subcategory]
         dr = int(rng.integers(-1, 2))
         for k in range(2):
-            rows.append({"task": "layout", "prompt_id": p.id, "model": "m", "protocol": "zero-shot", "medium": "v1",
+            rows.append({"task": "layout", "prompt_id": p.id, "model": m, "protocol": "zero-shot", "medium": "v1",
                          "sample": k, "seed": k, "temperature": 0.7, "prefix": "", "code": None,
                          "text": f"fill('white')\nrect({r + dr}, {c}, {h}, {w}, 'red')", "n_tokens": 1, "stop": "eos",
                          "entropy": [0.1], "mean_entropy": 0.1})
@@ -261,3 +261,29 @@ def test_prompt_families_get_grouped_folds_and_permutations_and_the_paper_proced
     assert np.mean([d["delta_r2"] for d in deltas]) < 0.05
     assert sum(d["p_perm"] <= 0.05 for d in deltas) <= 1
     assert all(r["grouping"] == "groups" for r in probes if r["features"] == "beyond_text")
+
+
+def test_selectivity_cells_use_the_probe_stages_grouped_folds(tmp_path):
+    """The selectivity stage refits the probe stage's `layer: best` probes; with grouped prompts it must use the same
+    grouped folds, or its cells stop equalling the stage's rows (a prompt-level refit reads group-mates: here
+    R^2 > 0.3 against the grouped row's < 0)."""
+    from experiments.stages.selectivity import SelectivitySettings, selectivity_stage
+
+    chosen = _family_run(tmp_path, models=("m1", "m2"))
+    ids = [p.id for p in chosen]
+    rng = np.random.default_rng(7)
+    fam = {s: rng.normal(size=40) * 2 for s in sorted({p.subcategory for p in chosen})}
+    for name in ("m1", "m2"):
+        acts = rng.normal(size=(len(chosen), 4, 3, 40)).astype(np.float32)
+        for i, p in enumerate(chosen):
+            acts[i, 1:] += fam[p.subcategory].astype(np.float32)
+        with ActivationWriter(tmp_path / "activations" / f"{name}.h5", 4, 3, 40, {**META, "model": {"name": name}}) as w:
+            w.append(ids, acts, np.zeros((len(chosen), 3)), ["layout"] * len(chosen))
+    best = {(r["model"], r["position"]): r["r2"] for r in probe_stage(tmp_path, s=FAST)
+            if r.get("features") == "resid" and r["layer"] == "best" and r["target"] == "own"}
+    g = dict(pca=FAST.pca, alphas=FAST.alphas, outer=FAST.outer, inner=FAST.inner)
+    cells = [r for r in selectivity_stage(tmp_path, SelectivitySettings(n_boot=50, **g)) if r.get("kind") == "cell"
+             and r["model"] == r["target"]]
+    assert len(cells) == 6
+    for c in cells:
+        assert abs(c["r2"] - best[(c["model"], c["position"])]) < 1e-5, (c, best)
