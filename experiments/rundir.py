@@ -511,7 +511,7 @@ class RunDir:
         """(task, id) -> the prompt item recorded in prompts.jsonl (empty for a run without it)."""
         from interp.prompts import PromptItem
 
-        return {(r["task"], r["id"]): PromptItem(r["id"], r["task"], r["text"], r.get("subject", ""))
+        return {(r["task"], r["id"]): PromptItem(r["id"], r["task"], r["text"], r.get("subject", ""), r.get("group", ""))
                 for r in self.rows(self.PROMPTS)}
 
     def record_prompts(self, items: Sequence[Any]) -> None:
@@ -522,12 +522,15 @@ class RunDir:
         new = []
         for it in items:
             row = {"id": it.id, "task": it.task, "text": it.text, "subject": it.subject}
+            if getattr(it, "group", ""):  # only when set: a run recorded before groups existed reads the same rows
+                row["group"] = it.group
             old = known.get((it.task, it.id))
             if old is None:
                 known[(it.task, it.id)] = row
                 new.append(row)
-            elif old != row:
-                raise RunError(f"{self.path} already has {it.task} prompt {it.id!r} with another text or subject; "
+            elif {k: v for k, v in old.items() if k != "group"} != {k: v for k, v in row.items() if k != "group"} or (
+                    old.get("group") and row.get("group") and old["group"] != row["group"]):
+                raise RunError(f"{self.path} already has {it.task} prompt {it.id!r} with another text, subject or group; "
                                "use another --out for another prompt set")
         self.append(self.PROMPTS, new)
 

@@ -29,7 +29,62 @@ from typing import Sequence
 import numpy as np
 
 #: the lexical readings of a prompt, in the order that breaks ties of the text ceiling
-LEXICAL = ("tfidf", "word-ngrams", "char-ngrams")
+LEXICAL = ("tfidf", "word-ngrams", "char-ngrams", "word-positions", "word-order")
+
+
+def _words(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"(?u)\b\w+\b", text.lower())
+
+
+def word_positions(texts: Sequence[str]) -> np.ndarray:
+    """Each word with its place counted from the start and from the end ("red@1", "red@-4"), as counts."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    words = [_words(t) for t in texts]
+    vec = CountVectorizer(analyzer=lambda ws: [f"{w}@{i}" for i, w in enumerate(ws)]
+                          + [f"{w}@-{len(ws) - i}" for i, w in enumerate(ws)])
+    return vec.fit_transform(words).toarray().astype(np.float64)
+
+
+#: a pair of words gets an order column when both occur together in at least this share of the prompts (and in
+#: both orders): a pair seen together in a few prompts carries no order worth a column, and hundreds of such
+#: columns bury the common pairs' order under PCA (the probe's first step), as `min_df` does for n-grams
+PAIR_MIN_SHARE = 0.1
+
+
+def word_order_features(texts: Sequence[str]) -> np.ndarray:
+    """Word order as features (issue 28: every other reading is a bag of words or of characters inside words, and a
+    target that depends on the order of two words that are never adjacent was "beyond the text" in 40 of 40 data
+    sets): per pair of words that come together in at least PAIR_MIN_SHARE of the prompts, in both orders among
+    them, +1 where the first (alphabetically) comes first in the prompt, -1 where it comes second, 0 where the
+    prompt lacks one of them (first occurrences). A pair whose order never changes among the prompts has no
+    column: there its +-1 would only say that both words are present, a conjunction of words (the XOR planner's
+    plan is one), not order; "beyond the text" then still counts what a reading of word conjunctions would add
+    (docs/probes.md). No such pair: one column of zeros (no variance; never a ceiling)."""
+    firsts = []
+    for t in texts:
+        first: dict[str, int] = {}
+        for i, w in enumerate(_words(t)):
+            first.setdefault(w, i)
+        firsts.append(first)
+    seen: dict[tuple[str, str], set[int]] = {}
+    together: dict[tuple[str, str], int] = {}
+    for first in firsts:
+        keys = sorted(first)
+        for i, a in enumerate(keys):
+            for b in keys[i + 1:]:
+                seen.setdefault((a, b), set()).add(1 if first[a] < first[b] else -1)
+                together[(a, b)] = together.get((a, b), 0) + 1
+    least = max(2, int(np.ceil(PAIR_MIN_SHARE * len(texts))))
+    pairs = sorted(k for k, v in seen.items() if len(v) == 2 and together[k] >= least)
+    order = np.zeros((len(texts), max(1, len(pairs))))
+    for r, first in enumerate(firsts):
+        for c, (a, b) in enumerate(pairs):
+            if a in first and b in first:
+                order[r, c] = 1.0 if first[a] < first[b] else -1.0
+    return order
 
 
 def lexical_features(texts: Sequence[str]) -> dict[str, np.ndarray]:
@@ -43,21 +98,22 @@ def lexical_features(texts: Sequence[str]) -> dict[str, np.ndarray]:
     words = CountVectorizer(ngram_range=(1, 3), min_df=1, token_pattern=r"(?u)\b\w+\b").fit_transform(texts)
     chars = CountVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2).fit_transform(texts)
     return {"tfidf": tfidf_features(texts), "word-ngrams": words.toarray().astype(np.float64),
-            "char-ngrams": chars.toarray().astype(np.float64) if chars.shape[1] else np.zeros((len(texts), 1))}
+            "char-ngrams": chars.toarray().astype(np.float64) if chars.shape[1] else np.zeros((len(texts), 1)),
+            "word-positions": word_positions(texts), "word-order": word_order_features(texts)}
 
 
-def fitted_values(x: np.ndarray, y: np.ndarray, grid, seed: int) -> np.ndarray:
+def fitted_values(x: np.ndarray, y: np.ndarray, grid, seed: int, groups: np.ndarray | None = None) -> np.ndarray:
     """The baseline's fitted values on every prompt: (k, alpha) chosen by K-fold CV over all prompts (the probe's
     inner criterion), then one fit on all of them."""
     from interp.probes import FittedProbe, LayerSweep
 
     n = y.shape[0]
-    k, alpha = LayerSweep([x], grid, seed, folds=[(np.arange(n), np.arange(0))]).select(y)
+    k, alpha = LayerSweep([x], grid, seed, folds=[(np.arange(n), np.arange(0))], groups=groups).select(y)
     return FittedProbe.fit(x, y, k, alpha).predict(x)
 
 
 def freedman_lane(probe, baseline, fitted: np.ndarray, y: np.ndarray, observed: float, n_perm: int, seed: int,
-                  layers: Sequence[int] | None = None) -> tuple[float, np.ndarray]:
+                  layers: Sequence[int] | None = None, groups: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """(p, null) of the beyond-text Delta `observed` = R^2(probe) - R^2(baseline): targets fitted + permuted
     residuals (y - fitted), both probes refitted on each (`probe`, `baseline`: LayerSweeps over the same prompts
     and folds; the probe's layer chosen inside the folds among `layers`, default all)."""
@@ -65,7 +121,7 @@ def freedman_lane(probe, baseline, fitted: np.ndarray, y: np.ndarray, observed: 
 
     y = np.asarray(y, dtype=np.float64)
     resid = y - fitted
-    perms = permutations(y.shape[0], n_perm, seed)
+    perms = permutations(y.shape[0], n_perm, seed, groups)  # residuals move as the groups' blocks allow
     if not n_perm:
         return float("nan"), np.zeros(0)
 

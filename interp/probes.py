@@ -88,6 +88,13 @@ def _scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mu, sd
 
 
+def carries_variance(x: np.ndarray) -> bool:
+    """Whether any feature column varies (by `_scale`'s rule): a matrix that does not (the same token's embedding in
+    every prompt) standardises to zeros and can only predict the training mean."""
+    x = np.asarray(x, dtype=np.float64)
+    return bool(np.isfinite(_scale(x)[1]).any()) if x.size else False
+
+
 def _standardise(xtr: np.ndarray, xte: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # in float64 whatever the store's dtype: float32 arithmetic leaves 1e-7 of rounding in every R^2, which another
     # BLAS kernel changes, and which is larger than TIE
@@ -115,14 +122,27 @@ def _pca_scores(ztr: np.ndarray, zte: np.ndarray, k: int) -> tuple[np.ndarray, n
         w, u = np.linalg.eigh(ztr @ ztr.T)
         order = np.argsort(w)[::-1]
         w, u = w[order], u[:, order]
-        keep = w > w[0] * 1e-12 if w[0] > 0 else np.zeros_like(w, dtype=bool)
-        kk = min(k, int(keep.sum()))
+        kk = min(k, _rank(np.sqrt(np.clip(w, 0.0, None))))
         u, s = u[:, :kk], np.sqrt(w[:kk])
         pte = (zte @ ztr.T) @ (u / s)
         return u, s, pte
     u, s, vt = np.linalg.svd(ztr, full_matrices=False)
-    kk = min(k, s.size)
+    # the same rule as the Gram branch: without it a zero singular value (constant features: layer 0 at a fixed
+    # template position) was kept, and a fit divided 0 by 0 into NaN predictions (issue 28)
+    kk = min(k, _rank(s))
     return u[:, :kk], s[:kk], zte @ vt[:kk].T
+
+
+#: Singular values below this share of the largest are rounding of a zero one (a rank-deficient or constant matrix):
+#: dropped on every branch of `_pca_scores` (1e-12 of the largest eigenvalue of the Gram matrix, as before).
+RANK_TOL = 1e-6
+
+
+def _rank(s: np.ndarray) -> int:
+    """How many of the descending singular values s are not rounding of zero (none when the largest is 0)."""
+    if not s.size or not s[0] > 0:
+        return 0
+    return int(np.sum(s > s[0] * RANK_TOL))
 
 
 def fold_predictions(xtr: Float[np.ndarray, "n_train d"], ytr: Float[np.ndarray, "n_train outputs"],
@@ -424,16 +444,64 @@ def nested_cv_layers(xs: Sequence[np.ndarray], y: np.ndarray, grid: Grid = Grid(
     return LayerSweep(xs, grid, seed).best(y, layer_names)
 
 
-def permutations(n: int, n_perm: int, seed: int) -> np.ndarray:
-    """[n_perm, n] row permutations from a seeded generator (the same seed, the same permutations)."""
+def permutations(n: int, n_perm: int, seed: int, groups: np.ndarray | None = None, within_only: bool = False) -> np.ndarray:
+    """[n_perm, n] row permutations from a seeded generator (the same seed, the same permutations).
+
+    With `groups` (a label per row) they respect the groups as exchangeability blocks (Winkler et al. 2014): each
+    permutation moves whole blocks onto blocks of the same size (order of the labels' first appearance; a block
+    keeps its size) and shuffles the rows inside every block. Rows of one group share wording and layout, so they
+    are not exchangeable with rows of other groups: a plain permutation scatters a group's rows, its null has no
+    groups, and a probe that learned group -> group mean looked significant in 92% of data sets where activations
+    and targets were independent as wholes (issue 28). Why whole blocks and not only within them: the grouped
+    test's null is "the activations tell nothing about the targets of new groups", which a group-level association
+    violates; shuffling only within blocks keeps every group's targets on its own activations, so its null keeps a
+    group-level association and the test asks about prompt-level differences inside groups instead (measured side
+    by side in perf/bench_coverage.py; `within_only` gives that variant). Without groups: plain permutations, as before
+    (the same draws)."""
     rng = np.random.default_rng(seed)
-    return np.stack([rng.permutation(n) for _ in range(n_perm)]) if n_perm else np.zeros((0, n), dtype=np.int64)
+    if not n_perm:
+        return np.zeros((0, n), dtype=np.int64)
+    if groups is None:
+        return np.stack([rng.permutation(n) for _ in range(n_perm)])
+    blocks = _blocks(groups)
+    by_size: dict[int, list[int]] = {}
+    for b, rows in enumerate(blocks):
+        by_size.setdefault(len(rows), []).append(b)
+    out = np.empty((n_perm, n), dtype=np.int64)
+    for i in range(n_perm):
+        for members in by_size.values():
+            for b, src in zip(members, members if within_only else rng.permutation(members)):
+                out[i, blocks[b]] = rng.permutation(blocks[src])
+    return out
+
+
+def _blocks(groups: np.ndarray) -> list[np.ndarray]:
+    """Row indices of each group, groups in order of their first appearance."""
+    labels, first, inverse = np.unique(np.asarray(groups), return_index=True, return_inverse=True)
+    return [np.flatnonzero(inverse == li) for li in np.argsort(first)]
 
 
 def perm_p(null: np.ndarray, observed: float) -> float:
-    """(1 + #{null >= observed}) / (1 + n): the permutation p-value (never 0)."""
+    """(1 + #{null >= observed}) / (1 + n): the permutation p-value (never 0); NaN when the observed statistic or any
+    value of the null is not finite: a NaN compares false with everything, so it used to count as a world that did
+    not reach the observed value, and a null of all NaN gave the smallest p there is (issue 28). The caller records
+    the missing p with its reason (`p_missing`)."""
     null = np.asarray(null, dtype=float)
+    if not np.isfinite(observed) or not np.all(np.isfinite(null)):
+        return float("nan")
     return float((1 + np.sum(null >= observed - 1e-12)) / (1 + null.size))
+
+
+def p_missing(null: np.ndarray, observed: float) -> str | None:
+    """Why `perm_p` gives no p-value for this null and observed statistic (None when it gives one)."""
+    null = np.asarray(null, dtype=float)
+    if not np.isfinite(observed):
+        return "the observed statistic is not finite (a probe without variance in its targets or predictions)"
+    bad = int(np.sum(~np.isfinite(null)))
+    if bad:
+        return (f"{bad} of {null.size} null statistics are not finite (a refit produced NaN): no p-value rests on "
+                "a broken null")
+    return None
 
 
 def bootstrap_counts(n: int, n_boot: int, seed: int) -> np.ndarray:

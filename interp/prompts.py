@@ -52,6 +52,10 @@ class PromptItem:
     task: str
     text: str
     subject: str = ""  #: a substring of `text`; empty means the whole text
+    #: the prompt's family (layout: its subcategory; a prompt file's optional `group` field; translation: a reference's
+    #: optional `meta.group`); prompts of one group share wording and layout, so the probe stage's folds, permutations
+    #: and intervals keep them together (docs/probes.md). Empty: the prompt is its own group.
+    group: str = ""
 
     def __post_init__(self) -> None:
         if not self.id or not isinstance(self.id, str):
@@ -297,7 +301,8 @@ def build(item: PromptItem, protocol: Protocol, tokenizer: Any, chat: bool | Non
 
 
 def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
-    """Read a JSONL prompt file: one object per line with `id`, `text`, optional `task` and `subject`."""
+    """Read a JSONL prompt file: one object per line with `id`, `text`, optional `task`, `subject` and `group` (the
+    prompt's family: prompts of one group are kept together by the probe stage's folds and permutations)."""
     p = Path(path)
     if p.is_dir():
         raise PromptError(f"prompt file {p} is a folder: give a JSONL file (one prompt a line)")
@@ -320,7 +325,7 @@ def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
             raise PromptError(f"{p}:{n}: not JSON ({e.msg})") from None
         if not isinstance(row, dict) or "id" not in row or "text" not in row:
             raise PromptError(f"{p}:{n}: each line needs at least 'id' and 'text'")
-        for field_name in ("id", "text", "task", "subject"):
+        for field_name in ("id", "text", "task", "subject", "group"):
             v = row.get(field_name)
             if field_name in row and not isinstance(v, str):
                 raise PromptError(f"{p}:{n}: '{field_name}' must be a string, not {json.dumps(v)[:40]}")
@@ -335,7 +340,7 @@ def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
         if task is not None and row_task != task:
             raise PromptError(f"{p}:{n}: task {row_task!r} but {task!r} was asked for")
         try:
-            item = PromptItem(row["id"], row_task, row["text"], row.get("subject", ""))
+            item = PromptItem(row["id"], row_task, row["text"], row.get("subject", ""), row.get("group", ""))
         except PromptError as e:
             raise PromptError(f"{p}:{n}: {e}") from None
         if (item.task, item.id) in seen:
@@ -361,7 +366,7 @@ def translation_items(ids: Iterable[str] | None = None) -> list[PromptItem]:
         text = write_prompt(ref)
         marker = "(later shapes cover earlier ones):"
         subject = text[text.index(marker) + len(marker):].strip() if marker in text else ""
-        out.append(PromptItem(ref.id, "translation", text, subject))
+        out.append(PromptItem(ref.id, "translation", text, subject, str(ref.meta.get("group", ""))))
     return out
 
 
@@ -370,7 +375,8 @@ def layout_items(ids: Iterable[str] | None = None) -> list[PromptItem]:
     from bench.layout.prompts import load_layout_prompts
 
     wanted = None if ids is None else set(ids)
-    return [PromptItem(p.id, "layout", p.text, p.subject) for p in load_layout_prompts() if wanted is None or p.id in wanted]
+    return [PromptItem(p.id, "layout", p.text, p.subject, p.subcategory) for p in load_layout_prompts()
+            if wanted is None or p.id in wanted]
 
 
 def items_by_id() -> dict[str, PromptItem]:
@@ -381,4 +387,7 @@ def items_by_id() -> dict[str, PromptItem]:
 def write_prompts(items: Sequence[PromptItem], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for it in items:
-            f.write(json.dumps({"id": it.id, "task": it.task, "text": it.text, "subject": it.subject}, ensure_ascii=False) + "\n")
+            row = {"id": it.id, "task": it.task, "text": it.text, "subject": it.subject}
+            if it.group:
+                row["group"] = it.group
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")

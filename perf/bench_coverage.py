@@ -12,7 +12,16 @@ prompts drawn from one population. Printed side by side in one run, per setting:
 Goals (issue 19): coverage >= 93% at nominal 95%, null intervals exclude 0 in <= 6%, text-only p <= 0.05 in
 <= 6% of >= 100 data sets, planted p < 0.01.
 
-    .venv/bin/python perf/bench_coverage.py [--reps 200] [--workers 2]
+Prompts in families (issue 28), at the paper's 15 subcategories x 10 prompts: a family null (activations and
+targets carry independent family effects), a shared family latent (one family effect in both), and a planted
+prompt-level plan with independent family effects. Printed: coverage of the grouped procedure's intervals for its
+estimand (new prompts of new families) beside the paper's procedure (prompt-level folds and sums); the share of
+p <= 0.05 of the headline Delta test under the family null for grouped folds with whole-block + within-block
+permutations (the stage's), grouped folds with within-block permutations only, and the paper's procedure; and
+the power (p <= 0.05) on the planted plan, grouped beside the paper's. Goals: coverage >= 93%, p <= 0.05 in 3-7%
+under the family null.
+
+    .venv/bin/python perf/bench_coverage.py [--reps 200] [--workers 2] [--family-reps 200] [--only families]
 
 Seeded: the same table on every run. Monte Carlo error of a coverage over R data sets: sqrt(p(1-p)/R)
 (1.5 points at 95% and R = 200).
@@ -65,6 +74,88 @@ def _beyond(job: tuple[str, int, int, int, int]) -> tuple:
         return job, beyond_text_replications(Population(kind, **TEXT), n, reps, grid, n_perm, seed=seed)
 
 
+FAMILY = dict(seed=1, family_size=10)
+FAMILY_N = 150  # 15 families x 10 prompts, the paper's layout prompts
+
+
+def _family_truth(job: tuple[str, str, int]) -> tuple:
+    from threadpoolctl import threadpool_limits
+
+    from interp.probes import Grid
+    from interp.simulate import Population, expected_r2
+
+    kind, family, draws = job
+    with threadpool_limits(1):
+        return job[:2], expected_r2(Population(kind, family=family, **FAMILY), FAMILY_N - FAMILY_N // 5, ["resid", "tfidf"],
+                                    Grid(**GRID_ARGS), draws=draws)
+
+
+def _family_intervals(job: tuple[str, str, bool, int, int]) -> tuple:
+    from threadpoolctl import threadpool_limits
+
+    from interp.probes import Grid
+    from interp.simulate import Population, interval_replications
+
+    kind, family, grouped, reps, seed = job
+    with threadpool_limits(1):
+        return job, interval_replications(Population(kind, family=family, **FAMILY), FAMILY_N, reps, Grid(**GRID_ARGS),
+                                          seed=seed, grouped=grouped)
+
+
+def _family_tests(job: tuple[str, str, str, int, int, int]) -> tuple:
+    from threadpoolctl import threadpool_limits
+
+    from interp.probes import Grid
+    from interp.simulate import Population, delta_test_replications
+
+    kind, family, procedure, reps, n_perm, seed = job
+    with threadpool_limits(1):
+        return job, delta_test_replications(Population(kind, family=family, **FAMILY), FAMILY_N, reps, Grid(**GRID_ARGS),
+                                            n_perm, seed=seed, procedure=procedure)
+
+
+def families(ex, reps: int, n_perm: int, draws: int = 40, chunks: int = 4) -> None:
+    """The clustered settings (issue 28), printed."""
+    pops = [("null", "independent"), ("null", "shared"), ("planted", "independent")]
+    truth = dict(ex.map(_family_truth, [(k, f, draws) for k, f in pops]))
+    ijobs = [(k, f, g, c, 300 + sum(_split(reps, chunks)[:i])) for k, f in pops for g in (True, False)
+             for i, c in enumerate(_split(reps, chunks))]
+    got: dict[tuple, list] = {}
+    for (k, f, g, _, _), rows in ex.map(_family_intervals, ijobs):
+        got.setdefault((k, f, g), []).extend(rows)
+    tjobs = [("null", "independent", proc, c, n_perm, 700 + sum(_split(reps, chunks)[:i]))
+             for proc in ("grouped", "within", "paper") for i, c in enumerate(_split(reps, chunks))]
+    tjobs += [("planted", "independent", proc, c, n_perm, 900 + sum(_split(max(1, reps // 2), chunks)[:i]))
+              for proc in ("grouped", "paper") for i, c in enumerate(_split(max(1, reps // 2), chunks))]
+    tests: dict[tuple, list] = {}
+    for (k, f, proc, *_), rows in ex.map(_family_tests, tjobs):
+        tests.setdefault((k, f, proc), []).extend(rows)
+    print(f"prompts in families: {FAMILY_N // FAMILY['family_size']} x {FAMILY['family_size']}; estimand of the grouped "
+          f"procedure: expected R^2 on new prompts of new families (trained on 12 whole families; {draws} draws)")
+    print(f"{'population':30s} {'procedure':9s} {'reps':>5s} {'stat':5s} {'truth':>7s} {'cover':>6s} {'width':>6s} "
+          f"{'excl 0':>6s} {'mean est':>8s}")
+    for k, f in pops:
+        label = {("null", "independent"): "family null (independent)", ("null", "shared"): "shared family latent",
+                 ("planted", "independent"): "prompt-level plan + families"}[(k, f)]
+        t = truth[(k, f)]
+        for g in (True, False):
+            rows = got[(k, f, g)]
+            for stat, key, tv in (("R^2", "new_r2", t["resid"]), ("Delta", "new_delta", t["resid"] - t["tfidf"])):
+                ivs = [r[key] for r in rows]
+                print(f"{label:30s} {'grouped' if g else 'paper':9s} {len(rows):5d} {stat:5s} {tv:7.3f} "
+                      f"{np.mean([i.lo <= tv <= i.hi for i in ivs]):6.3f} {np.mean([i.hi - i.lo for i in ivs]):6.3f} "
+                      f"{np.mean([i.lo > 0 or i.hi < 0 for i in ivs]):6.3f} {np.mean([i.value for i in ivs]):8.3f}")
+    print()
+    print(f"headline Delta test (vs TF-IDF), {n_perm} permutations: share of p <= 0.05")
+    print(f"{'population':30s} {'procedure':40s} {'reps':>5s} {'p<=.05':>7s} {'mean Delta':>10s}")
+    names = {"grouped": "grouped folds, whole + within-block perms", "within": "grouped folds, within-block perms only",
+             "paper": "the paper's (prompt-level folds, perms)"}
+    for (k, f, proc), rows in tests.items():
+        label = "family null (independent)" if k == "null" else "prompt-level plan + families"
+        print(f"{label:30s} {names[proc]:40s} {len(rows):5d} {np.mean([r['p'] <= 0.05 for r in rows]):7.3f} "
+              f"{np.mean([r['delta'] for r in rows]):10.3f}")
+
+
 def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (i < total % parts) for i in range(parts)]
 
@@ -74,8 +165,18 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=200, help="data sets per setting (n = 145 gets half)")
     ap.add_argument("--text-reps", type=int, default=100, help="data sets of the text-only beyond-text check")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--family-reps", type=int, default=200, help="data sets per clustered setting (issue 28)")
+    ap.add_argument("--family-perm", type=int, default=99, help="permutations per clustered test")
+    ap.add_argument("--truth-draws", type=int, default=40, help="training sets behind each clustered estimand")
+    ap.add_argument("--only", choices=("all", "families"), default="all", help="families: the clustered settings only")
     a = ap.parse_args()
     t0, load0 = time.time(), os.getloadavg()[0]
+    if a.only == "families":
+        with ProcessPoolExecutor(a.workers) as ex:
+            families(ex, a.family_reps, a.family_perm, a.truth_draws)
+        print(f"\n{time.time() - t0:.0f} s with {a.workers} workers; load average {load0:.2f} at the start, "
+              f"{os.getloadavg()[0]:.2f} at the end")
+        return
     settings = [("planted", 60), ("null", 60), ("planted", 145), ("null", 145)]
     jobs = []
     for kind, n in settings:
@@ -122,6 +223,9 @@ def main() -> None:
         p_pa = np.array([r["p_paper"] for r in rows])
         print(f"{label:22s} {len(rows):5d} {np.mean([r['beyond'] for r in rows]):18.3f} {np.mean(p_fl <= 0.05):10.3f} "
               f"{np.mean(p_fl < 0.01):9.3f} | {np.mean([r['paper_delta'] for r in rows]):11.3f} {np.mean(p_pa <= 0.05):7.3f}")
+    print()
+    with ProcessPoolExecutor(a.workers) as ex:
+        families(ex, a.family_reps, a.family_perm, a.truth_draws)
     print(f"\n{time.time() - t0:.0f} s with {a.workers} workers; load average {load0:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end")
 

@@ -17,6 +17,11 @@ planted signal in a few layers.
 4. Issue 19: the Delta interval (from the study's own folds: no refit) and the beyond-text test's `--perms`
    Freedman-Lane permutations (fitted values of the baseline plus permuted residuals, both probes refitted,
    the decompositions of step 1 reused); the total for one target and position (goal: <= 10 minutes).
+5. Issue 28: with `--groups G` (default 15, the paper's subcategories; 0: none) steps 1-4 use grouped folds and
+   block permutations, as the stage does on grouped prompts, and the stage's extra work is timed too: the
+   paper's procedure (prompt-level folds: one more sweep of the probe and the text baseline, and its `--perms`
+   permutations) for the Delta row's `paper` field. The decomposition cost grows with the layers, the
+   permutations' with the layers too: `--layers 8` times an eighth of the work at the paper's 65.
 Prints the times and their ratio.
 """
 
@@ -35,6 +40,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=65)
     ap.add_argument("--d", type=int, default=5120)
     ap.add_argument("--perms", type=int, default=2500)
+    ap.add_argument("--groups", type=int, default=15, help="prompt groups (0: independent prompts)")
     args = ap.parse_args()
 
     from interp.probes import Grid, LayerSweep, nested_cv_layers, perm_p, permutations, pooled_r2
@@ -52,21 +58,22 @@ def main() -> None:
         xs.append(x)
     text = (rng.random((n, 400)) < 0.03).astype(np.float64)  # a sparse bag-of-words stand-in
     grid = Grid()
+    groups = np.arange(n) % args.groups if args.groups else None
     print(f"shape: {n} prompts x {L} layers x d_model {d}, 36 outputs, grid {len(grid.pca)} PCA x {len(grid.alphas)} alphas, "
           f"{grid.outer}x{grid.inner} folds; {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}")
 
     t0 = time.perf_counter()
-    sweep = LayerSweep(xs, grid, seed=0)
+    sweep = LayerSweep(xs, grid, seed=0, groups=groups)
     per_layer = [sweep.layer(y, li).r2 for li in range(L)]
     best = sweep.best(y)
-    tsweep = LayerSweep([text], grid, seed=0)
+    tsweep = LayerSweep([text], grid, seed=0, groups=groups)
     text_r2 = tsweep.layer(y, 0).r2
     t_sweep = time.perf_counter() - t0
     delta = best.r2 - text_r2
     print(f"unpermuted sweep: {t_sweep:.1f} s (best row R^2 {best.r2:.3f}, text {text_r2:.3f}, "
           f"max per-layer {max(per_layer):.3f}, Delta {delta:.3f})")
 
-    perms = permutations(n, args.perms, seed=1)
+    perms = permutations(n, args.perms, seed=1, groups=groups)
     t0 = time.perf_counter()
     null_act = sweep.permuted_r2(y, perms)
     null_text = tsweep.permuted_r2(y, perms)
@@ -88,12 +95,23 @@ def main() -> None:
     iv = delta_interval(sse_b[None], sse_t[None], sst[None], n, test_over_train(n, grid.outer))
     t_iv = time.perf_counter() - t0
     t0 = time.perf_counter()
-    p_fl, null_fl = freedman_lane(sweep, tsweep, fitted_values(text, y, grid, 0), y, delta, args.perms, seed=3)
+    p_fl, null_fl = freedman_lane(sweep, tsweep, fitted_values(text, y, grid, 0, groups), y, delta, args.perms, seed=3,
+                                  groups=groups)
     t_fl = time.perf_counter() - t0
+    t_paper = 0.0
+    if groups is not None:  # the Delta row's `paper` field: the paper's procedure, prompt-level folds and permutations
+        t0 = time.perf_counter()
+        psweep, ptext = LayerSweep(xs, grid, seed=0), LayerSweep([text], grid, seed=0)
+        pd = psweep.best(y).r2 - ptext.layer(y, 0).r2
+        pp = permutations(n, args.perms, seed=1)
+        p_paper = perm_p(psweep.permuted_r2(y, pp) - ptext.permuted_r2(y, pp), pd)
+        t_paper = time.perf_counter() - t0
+        print(f"the paper's procedure beside it (a second sweep and {args.perms} permutations): {t_paper:.1f} s; "
+              f"Delta {pd:.3f}, p = {p_paper:.5f}")
     print(f"Delta interval (corrected K-fold variance): [{iv.lo:.3f}, {iv.hi:.3f}] in {t_iv * 1e3:.1f} ms")
     print(f"{args.perms} Freedman-Lane permutations of the beyond-text test (both probes refitted): {t_fl:.1f} s; "
           f"p = {p_fl:.5f}")
-    total = t_sweep + t_perm + t_iv + t_fl
+    total = t_sweep + t_perm + t_iv + t_fl + t_paper
     print(f"one target and position with every test: {total:.1f} s = {total / 60:.1f} min (goal <= 10 min); "
           f"load {os.getloadavg()[0]:.2f} at the end")
 

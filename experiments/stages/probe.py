@@ -39,9 +39,11 @@ import numpy as np
 
 from experiments.rundir import RunDir, derive_seed, reading, safe_name, writing
 from experiments.stages.render import read_renders, render_stage, row_key
-from interp.baselines import LEXICAL, fitted_values, freedman_lane, lexical_features
-from interp.intervals import DEFAULT_REPEATS, Interval, delta_interval, fold_sums, r2_interval, repeat_seed, test_over_train
-from interp.probes import Grid, LayerSweep, benjamini_hochberg, occupancy, perm_p, permutations, split_half_ceiling
+from interp.baselines import LEXICAL, freedman_lane, lexical_features
+from interp.intervals import (DEFAULT_REPEATS, Interval, cluster_sums, delta_interval, fold_sums, r2_interval, repeat_seed,
+                              test_over_train)
+from interp.probes import (Grid, LayerSweep, benjamini_hochberg, carries_variance, occupancy, p_missing, perm_p, permutations,
+                           split_half_ceiling)
 from interp.prompts import items_by_id
 
 PROBES = RunDir.PROBES
@@ -296,22 +298,29 @@ class _Sums:
     """Fold sums of every probe over the partitions of the repeated CV: key -> lists over partitions of the folds'
     SSE and SST (interp.intervals)."""
 
-    def __init__(self) -> None:
+    def __init__(self, outer: int) -> None:
         self.sse: dict[tuple[Any, ...], list[np.ndarray]] = {}
         self.sst: dict[tuple[str, ...], list[np.ndarray]] = {}
+        self.outer = outer
+        self.grouped: dict[str, bool] = {}  #: target -> whether its sums are the groups' (interp.intervals.cluster_sums)
 
-    def add(self, key: tuple[Any, ...], target: str, y: np.ndarray, pred: np.ndarray, folds: Any) -> None:
-        sse, sst = fold_sums(y, pred, folds)
+    def add(self, key: tuple[Any, ...], target: str, y: np.ndarray, pred: np.ndarray, folds: Any,
+            groups: np.ndarray | None = None) -> None:
+        self.grouped[target] = groups is not None
+        sse, sst = fold_sums(y, pred, folds) if groups is None else cluster_sums(y, pred, groups)
         self.sse.setdefault((target, *key), []).append(sse)
         if key[0] == "text":  # one SST per target and partition (every probe of a target shares its prompts)
             self.sst.setdefault((target,), []).append(sst)
 
     def r2(self, key: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
-        return r2_interval(np.stack(self.sse[(target, *key)]), np.stack(self.sst[(target,)]), n, ratio)
+        return r2_interval(np.stack(self.sse[(target, *key)]), np.stack(self.sst[(target,)]), n, ratio, folds=self._folds(target))
 
     def delta(self, a: tuple[Any, ...], b: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
         return delta_interval(np.stack(self.sse[(target, *a)]), np.stack(self.sse[(target, *b)]),
-                              np.stack(self.sst[(target,)]), n, ratio)
+                              np.stack(self.sst[(target,)]), n, ratio, folds=self._folds(target))
+
+    def _folds(self, target: str) -> int | None:
+        return self.outer if self.grouped.get(target) else None
 
 
 def _interval_fields(iv: Interval, value: str) -> dict[str, Any]:
@@ -344,16 +353,20 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             lex = lexical_features(_texts(run, task, t.ids))
             per_pos = {pos: [st.layer(layer, pos)[index] for layer in range(n_layers)] for pos in positions}
             emb_mean = st.embed_mean(index)  # None for a store captured before issue 19
-            features[key] = {"lexical": lex, "pos": per_pos, "emb_mean": emb_mean}
+            g, note = usable_groups(prompt_groups(run, task, t.ids), grid)
+            if note:
+                say(f"{name} {task}: {note}")
+            features[key] = {"lexical": lex, "pos": per_pos, "emb_mean": emb_mean, "groups": g, "grouping_note": note}
 
     def sweeps(j: int) -> dict[tuple[str, ...], dict[str, Any]]:
         seed = repeat_seed(s.seed, j)
         out = {}
         for key, f in features.items():
-            lex = {b: LayerSweep([x], grid, seed) for b, x in f["lexical"].items()}
+            g = f["groups"]
+            lex = {b: LayerSweep([x], grid, seed, groups=g) for b, x in f["lexical"].items()}
             if f["emb_mean"] is not None:
-                lex["embedding-mean"] = LayerSweep([f["emb_mean"]], grid, seed)
-            out[key] = {"lex": lex, "pos": {pos: LayerSweep(xs, grid, seed) for pos, xs in f["pos"].items()}}
+                lex["embedding-mean"] = LayerSweep([f["emb_mean"]], grid, seed, groups=g)
+            out[key] = {"lex": lex, "pos": {pos: LayerSweep(xs, grid, seed, groups=g) for pos, xs in f["pos"].items()}}
         return out
 
     headline = ("own", "shared", "specific")
@@ -361,7 +374,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
 
     units = bar((max(1, s.repeats) + 1) * len(tsets) * len(st.positions), f"probes {name} {task}", "target x position",
                 leave=False)
-    sums = _Sums()
+    sums = _Sums(grid.outer)
     first: dict[tuple[Any, ...], Any] = {}  # the study's own partition's results, for the rows' point estimates
     kept: dict[tuple[str, ...], dict[str, Any]] = {}
     for j in range(max(1, s.repeats)):
@@ -372,9 +385,10 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
         for t in tsets:
             sw = sw_all[tuple(t.ids)]
             folds = next(iter(sw["pos"].values())).outer
+            g = features[tuple(t.ids)]["groups"]
             lex = {b: x.layer(t.y, 0) for b, x in sw["lex"].items()}
             for b, res in lex.items():
-                sums.add(("text" if b == "tfidf" else "lexical", b), t.name, t.y, res.pred, folds)
+                sums.add(("text" if b == "tfidf" else "lexical", b), t.name, t.y, res.pred, folds, g)
             for pos, lsweep in sw["pos"].items():
                 units.update(1)
                 units.set_postfix_str(f"partition {j + 1}: {t.name} at {pos}, {lsweep.n_layers} layers")
@@ -382,10 +396,10 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                     say(f"{name} {task}: {t.name} target, position {pos}, {lsweep.n_layers} layers")
                 lsweep_res = {layer: lsweep.layer(t.y, layer) for layer in range(lsweep.n_layers)}
                 for layer, res in lsweep_res.items():
-                    sums.add(("resid", pos, layer), t.name, t.y, res.pred, folds)
+                    sums.add(("resid", pos, layer), t.name, t.y, res.pred, folds, g)
                 best = lsweep.best(t.y)
-                sums.add(("resid", pos, "best"), t.name, t.y, best.pred, folds)
-                sums.add(("lexical", f"embedding@position:{pos}"), t.name, t.y, lsweep_res[0].pred, folds)
+                sums.add(("resid", pos, "best"), t.name, t.y, best.pred, folds, g)
+                sums.add(("lexical", f"embedding@position:{pos}"), t.name, t.y, lsweep_res[0].pred, folds, g)
                 if j == 0:
                     first[(t.name, pos, "layers")] = lsweep_res
                     first[(t.name, pos, "best")] = best
@@ -395,7 +409,10 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
     for t in tsets:
         f, sw = features[tuple(t.ids)], kept[tuple(t.ids)]
         ratio = test_over_train(len(t.ids), grid.outer)
-        tb = {**base, "target": t.name, "n_prompts": len(t.ids), "repeats": max(1, s.repeats)}
+        g = f["groups"]
+        tb = {**base, "target": t.name, "n_prompts": len(t.ids), "repeats": max(1, s.repeats), **_grouping(g)}
+        if f["grouping_note"]:
+            tb["grouping_note"] = f["grouping_note"]
         if t.contributors is not None:
             tb["shared_models"] = sorted(t.contributors)
         if t.half_a is not None and t.name in headline:
@@ -419,9 +436,9 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                 row = {**tb, "features": "resid", "layer": layer, "position": pos, "r2": json_number(res.r2),
                        **_interval_fields(sums.r2(("resid", pos, layer), t.name, len(t.ids), ratio), "r2"), "chosen": res.chosen}
                 if t.name == "own" and s.n_perm_layers and np.isfinite(res.r2):
-                    perms = permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"))
+                    perms = permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"), g)
                     null = lsweep.permuted_r2(t.y, perms, layers=[layer])
-                    row.update(p_perm=perm_p(null, res.r2), null_mean=json_number(float(np.nanmean(null))), n_perm=s.n_perm_layers)
+                    row.update(**p_fields("p_perm", null, res.r2), null_mean=_null_mean(null), n_perm=s.n_perm_layers)
                 rows.append(row)
             best = first[(t.name, pos, "best")]
             rows.append({**tb, "features": "resid", "layer": "best", "position": pos, "r2": json_number(best.r2),
@@ -436,9 +453,11 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                     "n_perm": s.n_perm, "p_perm": None, "chosen_layers": [c["layer"] for c in best.chosen]}
             if s.n_perm and np.isfinite(delta):
                 pseed = derive_seed(s.seed, name, task, t.name, pos, "delta-perm")
-                perms = permutations(len(t.ids), s.n_perm, pseed)
+                perms = permutations(len(t.ids), s.n_perm, pseed, g)
                 null = lsweep.permuted_r2(t.y, perms) - sw["lex"]["tfidf"].permuted_r2(t.y, perms)
-                drow.update(p_perm=perm_p(null, delta), null_mean=json_number(float(np.nanmean(null))), perm_seed=pseed)
+                drow.update(**p_fields("p_perm", null, delta), null_mean=_null_mean(null), perm_seed=pseed)
+            if g is not None:
+                drow["paper"] = _paper_delta(f, t, pos, grid, s, name, task)
             rows.append(drow)
             rows.append(_beyond_text(tb, t, pos, lsweep, sw, f, best, sums, ratio, s, name, task))
     units.close()
@@ -452,7 +471,12 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
     cands = {b: ("text", b) if b == "tfidf" else ("lexical", b) for b in sw["lex"]}
     cands["embedding@position"] = ("lexical", f"embedding@position:{pos}")
     r2s = {b: sums.r2(k, t.name, len(t.ids), ratio).value for b, k in cands.items()}
-    order = [b for b in BASELINES if b in r2s]
+    # a baseline whose features carry no variance (the same token's embedding at a fixed template position in every
+    # prompt) predicts the training mean: its R^2 (about 0) beat lexical baselines that overfit on few prompts, it
+    # became the ceiling, and the test then asked whether the activations beat the mean (issue 28). Never a ceiling.
+    excluded = {b: "its features are the same for every prompt (no variance): it can only predict the mean"
+                for b in cands if not carries_variance(_baseline_x(b, f, pos))}
+    order = [b for b in BASELINES if b in r2s and b not in excluded]
     # the strongest by its estimate rounded to 1e-9 (rounding never picks the ceiling), ties in the listed order
     top = max(order, key=lambda b: (round(r2s[b], 9) if np.isfinite(r2s[b]) else -np.inf, -order.index(b)))
     bsweep = lsweep if top == "embedding@position" else sw["lex"][top]
@@ -465,16 +489,102 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
            "r2_baseline": json_number(bres.r2), "delta_beyond": json_number(delta), "delta_mean": json_number(iv.value),
            "delta_ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se), "n_perm": s.perms_beyond,
            "p_fl": None}
+    if excluded:
+        row["excluded_baselines"] = excluded
     if f["emb_mean"] is None:
         row["missing_baselines"] = {"embedding-mean": "the activations were captured without it (before issue 19): "
                                                       "capture again to add it"}
     if s.perms_beyond and np.isfinite(delta):
-        x = f["pos"][pos][0] if top == "embedding@position" else (f["emb_mean"] if top == "embedding-mean" else f["lexical"][top])
-        fitted = fitted_values(x, t.y, s.grid, s.seed)
+        # cross-fitted: the ceiling's out-of-fold predictions, what it reads of new prompts. Its in-sample fit (before
+        # issue 28) carried its own overfit into every null world, where it re-read it and the activations could
+        # not: a text-only target on real activations was "beyond the text" in 30-50% of data sets
+        fitted = bres.pred
         pseed = derive_seed(s.seed, name, task, t.name, pos, "beyond-text-perm")
-        p, null = freedman_lane(lsweep, _OneLayer(bsweep, blayers), fitted, t.y, delta, s.perms_beyond, pseed)
-        row.update(p_fl=p, null_mean=json_number(float(np.nanmean(null))), perm_seed=pseed)
+        p, null = freedman_lane(lsweep, _OneLayer(bsweep, blayers), fitted, t.y, delta, s.perms_beyond, pseed,
+                                groups=f["groups"])
+        row.update(**p_fields("p_fl", null, delta), null_mean=_null_mean(null), perm_seed=pseed)
     return row
+
+
+#: what a grouped row's statistics estimate, and what the paper's procedure's number estimates (docs/probes.md)
+ESTIMANDS = {"groups": "new prompts of new groups (layout: of subcategories the probe was not trained on)",
+             "none": "new prompts like these (prompts taken as independent)",
+             "paper": "new prompts of the same groups (prompt-level folds and permutations: the paper's procedure)"}
+
+
+def prompt_groups(run: Any, task: str, ids: list[str]) -> np.ndarray | None:
+    """Each prompt's group label (the recorded prompt's `group`, else the built-in prompt's: a layout prompt's
+    subcategory); None when no prompt has one. A prompt without a group among grouped ones is its own group."""
+    recorded = reading(run).prompts()
+    builtin = items_by_id()
+    labels = []
+    for p in ids:
+        item = recorded.get((task, p))
+        g = item.group if item is not None else ""
+        if not g and p in builtin and builtin[p].task == task and (item is None or item.text == builtin[p].text):
+            g = builtin[p].group
+        labels.append(g)
+    if not any(labels):
+        return None
+    return np.array([g if g else f"prompt:{p}" for g, p in zip(labels, ids)])
+
+
+def usable_groups(g: np.ndarray | None, grid: Grid) -> tuple[np.ndarray | None, str | None]:
+    """The groups if grouped nested CV can run on them (at least 2 x outer groups, as prompts need, and `inner`
+    groups in every outer training set), else None with the reason (the rows then say the prompts were taken as
+    independent, and what that estimand is)."""
+    if g is None:
+        return None, None
+    count = int(np.unique(g).size)
+    need = max(2 * grid.outer, int(np.ceil(grid.inner * grid.outer / (grid.outer - 1))))
+    if count < need:
+        return None, (f"only {count} prompt groups, {need} needed for grouped {grid.outer}x{grid.inner}-fold nested CV: "
+                      "folds, permutations and intervals take the prompts as independent")
+    return g, None
+
+
+def _grouping(g: np.ndarray | None) -> dict[str, Any]:
+    """The row fields that say which grouping the row's folds, permutations and intervals used."""
+    if g is None:
+        return {"grouping": "none", "estimand": ESTIMANDS["none"]}
+    return {"grouping": "groups", "n_groups": int(np.unique(g).size), "estimand": ESTIMANDS["groups"]}
+
+
+def _paper_delta(f: dict[str, Any], t: TargetSet, pos: str, grid: Grid, s: ProbeSettings, name: str, task: str
+                 ) -> dict[str, Any]:
+    """The headline Delta by the paper's procedure on grouped prompts (prompt-level folds and permutations): kept for
+    comparability with the paper, labelled; it answers "new prompts of the same groups", and its permutation test
+    is not calibrated when groups share a layout (issue 28: p <= 0.05 in 92% of data sets under a family null)."""
+    probe = LayerSweep(f["pos"][pos], grid, s.seed)
+    text = LayerSweep([f["lexical"]["tfidf"]], grid, s.seed)
+    r2p, r2t = probe.best(t.y).r2, text.layer(t.y, 0).r2
+    out: dict[str, Any] = {"procedure": "the paper's: prompt-level folds and permutations, groups ignored",
+                           "estimand": ESTIMANDS["paper"], "delta_r2": json_number(r2p - r2t),
+                           "r2_resid": json_number(r2p), "r2_text": json_number(r2t), "p_perm": None}
+    if s.n_perm and np.isfinite(r2p - r2t):
+        pseed = derive_seed(s.seed, name, task, t.name, pos, "delta-perm")
+        perms = permutations(len(t.ids), s.n_perm, pseed)
+        null = probe.permuted_r2(t.y, perms) - text.permuted_r2(t.y, perms)
+        out.update(**p_fields("p_perm", null, r2p - r2t), perm_seed=pseed)
+    return out
+
+
+def p_fields(name: str, null: np.ndarray, observed: float) -> dict[str, Any]:
+    """A row's p-value fields: `name` = the permutation p, or None with `<name>_missing` saying why (a NaN in the
+    null or the statistic is a missing value, never a p-value: issue 28)."""
+    p = perm_p(null, observed)
+    if np.isfinite(p):
+        return {name: p}
+    return {name: None, f"{name}_missing": p_missing(null, observed)}
+
+
+def _null_mean(null: np.ndarray) -> float | None:
+    return json_number(float(np.mean(null))) if len(null) and np.all(np.isfinite(null)) else None
+
+
+def _baseline_x(b: str, f: dict[str, Any], pos: str) -> np.ndarray:
+    """The feature matrix of baseline b at position pos."""
+    return f["pos"][pos][0] if b == "embedding@position" else (f["emb_mean"] if b == "embedding-mean" else f["lexical"][b])
 
 
 class _OneLayer:

@@ -266,10 +266,18 @@ def _probes(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answe
             blocks.append(_skip_line(task, [f"{r['model']}: {r['reason']} with targets and activations, and nested "
                                             f"cross-validation needs 10" for r in skipped]))
         if delta:
-            blocks.append(table(delta, ["model", "target", "position", "n_prompts", "r2_resid", "r2_text", "delta_r2", "delta_ci",
-                                        "p_perm", "q_bh", "n_perm", "chosen_layers"],
-                                ["model", "target", "position", "prompts", "R² best layer", "R² text (TF-IDF)", "ΔR²",
-                                 "ΔR² 95% CI", "p (perm.)", "q (BH)", "permutations", "layer per outer fold"]))
+            blocks.append(table(delta, ["model", "target", "position", "n_prompts", "r2_resid", "r2_text", "delta_r2",
+                                        "delta_mean", "delta_ci", "p_perm", "q_bh", "n_perm", "grouping", "chosen_layers"],
+                                ["model", "target", "position", "prompts", "R² best layer", "R² text (TF-IDF)", "ΔR² (pooled)",
+                                 "ΔR² (CI centre)", "95% CI of the centre", "p (perm.)", "q (BH)", "permutations",
+                                 "folds and permutations", "layer per outer fold"]))
+            blocks.append(para("ΔR² (pooled) is the paper's statistic on the study's own folds; the 95% CI belongs to "
+                               "the CI centre, the repeated-CV estimate of the expected ΔR² on new prompts. With prompt "
+                               "groups (layout: subcategories) folds, permutations and intervals keep each group "
+                               "together, and every number estimates new prompts of new groups; the paper's procedure "
+                               "(groups ignored: new prompts of the same groups) is kept in each row's `paper` field. A CI "
+                               "that covers 0 while the test rejects means an association whose expected size on new "
+                               "prompts is not shown above 0 (docs/probes.md)."))
             note = delta_note(delta)
             if note:
                 blocks.append(note)
@@ -277,7 +285,10 @@ def _probes(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answe
         if beyond:  # the claim "beyond the prompt's text": against the strongest lexical baseline (docs/probes.md)
             blocks.append(para("Beyond the prompt's text: the probe against the strongest lexical baseline (the text "
                                "ceiling), with a Freedman-Lane permutation test whose null is \"nothing beyond that "
-                               "baseline\"."))
+                               "baseline\". The baselines are linear readings of the words, word 1-3 grams, characters, "
+                               "words at their places, the order of word pairs and the model's input embeddings: \"beyond "
+                               "the text\" here excludes only what they read; a nonlinear function of the words (e.g. an "
+                               "XOR of two words named apart) counts as beyond them (docs/probes.md)."))
             blocks.append(table(beyond, ["model", "target", "position", "n_prompts", "r2_resid", "baseline", "r2_baseline",
                                          "delta_beyond", "delta_ci", "p_fl", "q_bh", "n_perm"],
                                 ["model", "target", "position", "prompts", "R² best layer", "text ceiling", "R² ceiling",

@@ -37,7 +37,8 @@ from typing import Any, Callable
 import numpy as np
 
 from experiments.rundir import RunDir, derive_seed, writing
-from experiments.stages.probe import ProbeSettings, consensus, json_number, open_stores, percentile_ci, target_sets
+from experiments.stages.probe import (ProbeSettings, prompt_groups, usable_groups, consensus, json_number, open_stores,
+                                      percentile_ci, target_sets)
 from experiments.stages.render import read_renders, render_stage
 from interp.probes import Grid, LayerSweep, bootstrap_counts, weighted_r2
 
@@ -109,7 +110,7 @@ def _selectivity(rd: RunDir, s: SelectivitySettings, models: list[str] | None,
                 rows.append({"kind": "skipped", "task": task, "reason": f"{len(targets)} model(s) with {task} targets; "
                              "selectivity needs at least 2"})
                 continue
-            rows += _task(task, targets, stores, s, say)
+            rows += _task(task, targets, stores, s, say, rd)
     finally:
         for st in stores.values():
             st.close()
@@ -118,7 +119,7 @@ def _selectivity(rd: RunDir, s: SelectivitySettings, models: list[str] | None,
 
 
 def _task(task: str, targets: dict[str, dict[str, dict[str, Any]]], stores: dict[str, Any], s: SelectivitySettings,
-          say: Callable[[str], None]) -> list[dict[str, Any]]:
+          say: Callable[[str], None], rd: Any = None) -> list[dict[str, Any]]:
     """Every row of one task: the probes' out-of-fold predictions per (model, target, position), then the
     cells, gaps and mean gap per position from one set of resamples."""
     grid = s.grid
@@ -142,7 +143,11 @@ def _task(task: str, targets: dict[str, dict[str, dict[str, Any]]], stores: dict
                 key = (tuple(t.ids), pos)
                 if key not in sweeps:  # one set of decompositions per prompt list and position
                     index = [rowmap[p] for p in t.ids]
-                    sweeps[key] = LayerSweep([st.layer(layer, pos)[index] for layer in range(st.shape[1])], grid, s.seed)
+                    # the probe stage's folds: grouped when its prompts have enough groups (issue 28), so that a
+                    # cell equals the stage's `layer: best` row
+                    groups = usable_groups(prompt_groups(rd, task, t.ids), grid)[0] if rd is not None else None
+                    sweeps[key] = LayerSweep([st.layer(layer, pos)[index] for layer in range(st.shape[1])], grid, s.seed,
+                                             groups=groups)
                 best = sweeps[key].best(t.y)
                 target = name if t.name == "own" else t.name.split(":", 1)[1]
                 fits.setdefault(pos, {})[(name, target)] = {"ids": t.ids, "y": t.y, "pred": best.pred, "r2": best.r2,

@@ -260,7 +260,7 @@ def prompt_sets(c: StudyConfig) -> dict[str, list[Any]]:
     for p in load_layout_prompts():
         if counts.get(p.subcategory, 0) < c.layout_per_subcategory:
             counts[p.subcategory] = counts.get(p.subcategory, 0) + 1
-            lay.append(PromptItem(p.id, "layout", p.text, p.subject))
+            lay.append(PromptItem(p.id, "layout", p.text, p.subject, p.subcategory))
     return {"translation": tr, "layout": lay}
 
 

@@ -184,3 +184,106 @@ def test_the_beyond_text_row_names_its_ceiling_among_every_lexical_baseline(tmp_
         assert b["baseline"] == "embedding-mean" and set(b["baselines"]) >= lex | {"tfidf", "embedding@position"}
         assert abs(b["delta_beyond"]) < 0.15 and b["p_fl"] > 0.05 and "missing_baselines" not in b
         assert delta[pos]["delta_r2"] > 0.4
+
+
+def test_a_constant_baseline_is_never_the_ceiling_and_a_nan_null_is_no_p_value(tmp_path):
+    """Issue 28: at a fixed template position layer 0 is the same vector for every prompt. That constant baseline had
+    the best CV R^2 of the lexical baselines (the others are negative on few prompts) and became the text ceiling;
+    with fewer features than prompts its fit took the SVD branch, divided 0 by 0, every Freedman-Lane target was NaN,
+    and the NaN null gave the smallest p there is. A baseline without variance is no candidate (the row says why) and
+    no p-value rests on a NaN."""
+    prompts = _run(tmp_path)
+    rng = np.random.default_rng(5)
+    folder = tmp_path / "activations" / "m.h5"
+    acts = rng.normal(size=(len(prompts), 4, 3, 8)).astype(np.float32)  # d = 8 < 30 prompts: the SVD branch
+    acts[:, 0] = rng.normal(size=(1, 3, 8)).astype(np.float32)  # layer 0: one vector per position, every prompt
+    with ActivationWriter(folder, 4, 3, 8, {**META, "model": {"name": "m"}}) as w:
+        w.append(prompts, acts, np.zeros((len(prompts), 3)), ["layout"] * len(prompts))
+    rows = probe_stage(tmp_path, s=FAST)
+    bt = [r for r in rows if r.get("features") == "beyond_text"]
+    assert bt
+    for b in bt:
+        assert b["baseline"] != "embedding@position", b
+        assert "embedding@position" in b["excluded_baselines"], b
+        assert b["p_fl"] is None or 0 < b["p_fl"] <= 1
+        assert b["p_fl"] is not None or b["p_fl_missing"]
+        assert b["null_mean"] is not None  # the null is finite: the ceiling's fit no longer divides 0 by 0
+    for r in rows:  # no NaN anywhere a p-value stands
+        for k in ("p_perm", "p_fl"):
+            assert r.get(k) is None or 0 < r[k] <= 1, r
+
+
+def _family_run(tmp_path, per_group=4, seed=0, models=("m",)):
+    """Layout prompts of all 15 subcategories whose layouts share a rectangle per subcategory (plus a small
+    per-prompt shift): the paper's prompts come in families that share wording and layout."""
+    rng = np.random.default_rng(seed)
+    prompts = [p for p in load_layout_prompts()]
+    chosen = [p for s in sorted({p.subcategory for p in prompts}) for p in [q for q in prompts if q.subcategory == s][:per_group]]
+    fam = {s: tuple(int(v) for v in (rng.integers(0, 12), rng.integers(0, 12), rng.integers(6, 12), rng.integers(6, 12)))
+           for s in sorted({p.subcategory for p in chosen})}
+    rows = []
+    for p, m in ((p, m) for p in chosen for m in models):
+        r, c, h, w = fam[p.subcategory]
+        dr = int(rng.integers(-1, 2))
+        for k in range(2):
+            rows.append({"task": "layout", "prompt_id": p.id, "model": m, "protocol": "zero-shot", "medium": "v1",
+                         "sample": k, "seed": k, "temperature": 0.7, "prefix": "", "code": None,
+                         "text": f"fill('white')\nrect({r + dr}, {c}, {h}, {w}, 'red')", "n_tokens": 1, "stop": "eos",
+                         "entropy": [0.1], "mean_entropy": 0.1})
+    append(tmp_path, rows)
+    render_stage(tmp_path, workers=1)
+    return chosen
+
+
+def test_prompt_families_get_grouped_folds_and_permutations_and_the_paper_procedure_is_labelled(tmp_path):
+    """Issue 28: activations that carry one effect per subcategory and targets that carry another, independent one:
+    activations and targets are independent as wholes, so nothing is decodable for new prompts of new subcategories.
+    With prompt-level folds a probe learns subcategory -> its layout from subcategory-mates, and the paper's
+    permutation test (whose permutations scatter the subcategories) finds it (the broken variant, kept in the row as
+    the paper's procedure). Grouped folds and block permutations: no effect, no small p, and every row says which
+    grouping it used."""
+    chosen = _family_run(tmp_path)
+    rng = np.random.default_rng(7)
+    fam = {s: rng.normal(size=40) * 2 for s in sorted({p.subcategory for p in chosen})}
+    acts = rng.normal(size=(len(chosen), 4, 3, 40)).astype(np.float32)
+    for i, p in enumerate(chosen):
+        acts[i, 1:] += fam[p.subcategory].astype(np.float32)  # layers 1-3: the subcategory's effect, not its layout
+    with ActivationWriter(tmp_path / "activations" / "m.h5", 4, 3, 40, {**META, "model": {"name": "m"}}) as w:
+        w.append([p.id for p in chosen], acts, np.zeros((len(chosen), 3)), ["layout"] * len(chosen))
+    rows = probe_stage(tmp_path, s=FAST)
+    probes = [r for r in rows if "features" in r]
+    assert probes and all(r["grouping"] == "groups" and r["n_groups"] == 15 for r in probes)
+    deltas = [r for r in probes if r["features"] == "delta"]
+    assert len(deltas) == 3
+    for d in deltas:
+        assert "new groups" in d["estimand"] and "the paper's" in d["paper"]["procedure"]
+        assert d["paper"]["delta_r2"] > 0.1 and d["paper"]["p_perm"] == 1 / 20, d["paper"]  # the broken variant
+    assert np.mean([d["delta_r2"] for d in deltas]) < 0.05
+    assert sum(d["p_perm"] <= 0.05 for d in deltas) <= 1
+    assert all(r["grouping"] == "groups" for r in probes if r["features"] == "beyond_text")
+
+
+def test_selectivity_cells_use_the_probe_stages_grouped_folds(tmp_path):
+    """The selectivity stage refits the probe stage's `layer: best` probes; with grouped prompts it must use the same
+    grouped folds, or its cells stop equalling the stage's rows (a prompt-level refit reads group-mates: here
+    R^2 > 0.3 against the grouped row's < 0)."""
+    from experiments.stages.selectivity import SelectivitySettings, selectivity_stage
+
+    chosen = _family_run(tmp_path, models=("m1", "m2"))
+    ids = [p.id for p in chosen]
+    rng = np.random.default_rng(7)
+    fam = {s: rng.normal(size=40) * 2 for s in sorted({p.subcategory for p in chosen})}
+    for name in ("m1", "m2"):
+        acts = rng.normal(size=(len(chosen), 4, 3, 40)).astype(np.float32)
+        for i, p in enumerate(chosen):
+            acts[i, 1:] += fam[p.subcategory].astype(np.float32)
+        with ActivationWriter(tmp_path / "activations" / f"{name}.h5", 4, 3, 40, {**META, "model": {"name": name}}) as w:
+            w.append(ids, acts, np.zeros((len(chosen), 3)), ["layout"] * len(chosen))
+    best = {(r["model"], r["position"]): r["r2"] for r in probe_stage(tmp_path, s=FAST)
+            if r.get("features") == "resid" and r["layer"] == "best" and r["target"] == "own"}
+    g = dict(pca=FAST.pca, alphas=FAST.alphas, outer=FAST.outer, inner=FAST.inner)
+    cells = [r for r in selectivity_stage(tmp_path, SelectivitySettings(n_boot=50, **g)) if r.get("kind") == "cell"
+             and r["model"] == r["target"]]
+    assert len(cells) == 6
+    for c in cells:
+        assert abs(c["r2"] - best[(c["model"], c["position"])]) < 1e-5, (c, best)

@@ -285,3 +285,48 @@ def test_float32_features_are_probed_in_float64():
     a = LayerSweep([x32], SMALL, 0).layer(y, 0)
     b = LayerSweep([x32.astype(np.float64)], SMALL, 0).layer(y, 0)
     assert abs(a.r2 - b.r2) < 1e-12 and _selection(a) == _selection(b)
+
+
+# ---------------------------------------------------------------- issue 28, item 1: no NaN is ever significant
+
+
+def test_a_null_with_nan_is_no_p_value():
+    """`perm_p` ignored NaN: a null of all NaN (every Freedman-Lane target NaN, issue 28) gave p = 1/(n+1), the most
+    significant result possible. A null or an observed statistic that is not finite gives no p-value (NaN)."""
+    from interp.probes import perm_p
+
+    assert np.isnan(perm_p(np.full(299, np.nan), -0.003))
+    partly = np.r_[np.zeros(10), np.nan]
+    assert np.isnan(perm_p(partly, 0.5))  # one NaN world is a broken null, not one fewer exceedance
+    assert np.isnan(perm_p(np.zeros(9), float("nan")))
+    assert perm_p(np.zeros(9), 0.5) == 0.1 and perm_p(np.zeros(9), -0.5) == 1.0  # finite nulls as before
+
+
+def test_zero_singular_values_are_dropped_on_the_svd_branch_too():
+    """With more prompts than features (n > d) `_pca_scores` takes a thin SVD, which kept zero singular values (the Gram
+    branch drops them): a fit on constant features (layer 0 at a fixed template position, every organism) divided 0
+    by 0 and predicted NaN. Singular values below a relative tolerance of the largest are dropped on both branches."""
+    from interp.probes import FittedProbe, _pca_scores
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=(50, 36))
+    p = FittedProbe.fit(np.ones((50, 8)), y, 4, 1.0)
+    assert p.k == 0 and np.allclose(p.predict(np.ones((3, 8))), y.mean(axis=0))
+    # rank 2 in 5 columns (near-exact duplicates: singular values of rounding size, not exactly 0)
+    base = rng.normal(size=(40, 2))
+    z = np.c_[base, base @ rng.normal(size=(2, 3))]
+    z = z - z.mean(axis=0)
+    for zz in (z, z[:4]):  # SVD branch (n > d) and Gram branch (n <= d) agree on the rank
+        u, s, pte = _pca_scores(zz, zz, 5)
+        assert s.size == min(2, zz.shape[0]) and np.all(np.isfinite(pte))
+    fp = FittedProbe.fit(np.c_[base, base @ rng.normal(size=(2, 3))], y[:40], 5, 1.0)
+    assert fp.k == 2 and np.all(np.isfinite(fp.coef))
+
+
+def test_a_nan_fit_gives_a_missing_p_with_its_reason():
+    """The stage's p fields: a null with a NaN is a missing value with its reason, never a number."""
+    from experiments.stages.probe import p_fields
+
+    got = p_fields("p_fl", np.r_[np.zeros(5), np.nan], 0.1)
+    assert got["p_fl"] is None and "not finite" in got["p_fl_missing"]
+    assert p_fields("p_fl", np.zeros(4), 0.1) == {"p_fl": 0.2}
