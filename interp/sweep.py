@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from interp.intervals import DEFAULT_REPEATS, delta_interval, fold_sums, r2_interval, repeat_seed
+from interp.intervals import DEFAULT_REPEATS, cluster_sums, delta_interval, fold_sums, r2_interval, repeat_seed
 from interp.probes import Grid, LayerSweep, tfidf_features
 
 COLUMNS = ("position", "layer", "n", "r2", "r2_mean", "lo", "hi", "se", "k", "alpha", "text_r2", "text_lo", "text_hi",
@@ -60,7 +60,8 @@ def _positions(acts: Any, positions: Sequence[Any] | None) -> dict[Any, list[np.
 
 def probe_sweep(acts: Any, y: Any, *, texts: Sequence[str] | None = None, baseline: Any = None,
                 positions: Sequence[Any] | None = None, layers: Sequence[Any] | None = None, grid: Grid = Grid(),
-                seed: int = 0, repeats: int = DEFAULT_REPEATS, ceiling: float | None = None, level: float = 0.95) -> Any:
+                seed: int = 0, repeats: int = DEFAULT_REPEATS, ceiling: float | None = None, level: float = 0.95,
+                groups: Sequence[Any] | None = None) -> Any:
     """R^2 of the nested-CV probe at every (position, layer), with its interval, as a pandas DataFrame (the columns:
     this module's docstring).
 
@@ -69,7 +70,11 @@ def probe_sweep(acts: Any, y: Any, *, texts: Sequence[str] | None = None, baseli
     texts: the prompts' texts, for the TF-IDF baseline; baseline: other baseline features [prompts, d] instead;
     positions / layers: names for the positions and layers (default: their indices); repeats: partitions of the
     repeated cross-validation behind the interval (the first, seeded `seed`, gives `r2`); ceiling: the target's
-    reliability ceiling (e.g. `interp.probes.split_half_ceiling`), kept in `table.attrs` for the plot.
+    reliability ceiling (e.g. `interp.probes.split_half_ceiling`), kept in `table.attrs` for the plot;
+    groups: one label per prompt (e.g. a layout prompt's subcategory) when prompts come in families: folds, outer
+    and inner, then keep a group's prompts together and the interval's variance is the groups' (interp/intervals.py,
+    `cluster_sums`), so the estimand is the R^2 on new prompts of *new* groups (docs/probes.md, issue 28). Without
+    it the prompts are taken as exchangeable, which overstates R^2 and narrows its interval when they are not.
     Every fold and choice is seeded by `seed` (recorded in `table.attrs`), so the same call gives the same table.
 
     Example::
@@ -101,6 +106,19 @@ def probe_sweep(acts: Any, y: Any, *, texts: Sequence[str] | None = None, baseli
     if len(names) != n_layers:
         raise ValueError(f"{len(names)} layer names for {n_layers} layers")
     repeats = max(1, int(repeats))
+    g = None
+    if groups is not None:
+        g = np.asarray(list(groups))
+        if g.shape[0] != n:
+            raise ValueError(f"{g.shape[0]} group labels for {n} targets")
+        if np.unique(g).size < 2 * grid.outer:
+            raise ValueError(f"{np.unique(g).size} prompt groups: grouped {grid.outer}-fold nested CV needs at least "
+                             f"{2 * grid.outer}; give fewer outer folds (grid) or no groups")
+    folds_k = None if g is None else grid.outer
+
+    def sums(pred: np.ndarray, folds: Any) -> tuple[np.ndarray, np.ndarray]:
+        return fold_sums(y, pred, folds) if g is None else cluster_sums(y, pred, g)
+
     sse: dict[Any, list[np.ndarray]] = {}  # (position, layer) or "text" -> per partition, the folds' SSE
     sst: list[np.ndarray] = []
     first: dict[Any, Any] = {}  # the first partition's results (the reported R^2 and choices)
@@ -109,37 +127,37 @@ def probe_sweep(acts: Any, y: Any, *, texts: Sequence[str] | None = None, baseli
         s = repeat_seed(seed, j)
         outer = None
         for pos, xs in feats.items():
-            sw = LayerSweep(xs, grid, s)
+            sw = LayerSweep(xs, grid, s, groups=g)
             outer = sw.outer
             for li in range(n_layers):
                 res = sw.layer(y, li)
-                a, b = fold_sums(y, res.pred, outer)
+                a, b = sums(res.pred, outer)
                 sse.setdefault((pos, li), []).append(a)
                 if j == 0:
                     first[(pos, li)] = res
         assert outer is not None
-        a, b = fold_sums(y, np.broadcast_to(y.mean(axis=0), y.shape), outer)
+        a, b = sums(np.broadcast_to(y.mean(axis=0), y.shape), outer)
         sst.append(b)
         if base is not None:
-            res = LayerSweep([base], grid, s, folds=outer).layer(y, 0)
-            sse.setdefault("text", []).append(fold_sums(y, res.pred, outer)[0])
+            res = LayerSweep([base], grid, s, folds=outer, groups=g).layer(y, 0)
+            sse.setdefault("text", []).append(sums(res.pred, outer)[0])
             if j == 0:
                 first["text"] = res
         ratio = float(np.mean([len(te) for _, te in outer]) / np.mean([len(tr) for tr, _ in outer]))
     st = np.stack(sst)
-    text_iv = r2_interval(np.stack(sse["text"]), st, n, ratio, level) if base is not None else None
+    text_iv = r2_interval(np.stack(sse["text"]), st, n, ratio, level, folds=folds_k) if base is not None else None
     rows = []
     nan = float("nan")
     for pos in feats:
         for li in range(n_layers):
             res = first[(pos, li)]
-            iv = r2_interval(np.stack(sse[(pos, li)]), st, n, ratio, level)
+            iv = r2_interval(np.stack(sse[(pos, li)]), st, n, ratio, level, folds=folds_k)
             row = {"position": pos, "layer": names[li], "n": n, "r2": float(res.r2), "r2_mean": iv.value, "lo": iv.lo,
                    "hi": iv.hi, "se": iv.se, "k": tuple(c["k"] for c in res.chosen),
                    "alpha": tuple(c["alpha"] for c in res.chosen), "text_r2": nan, "text_lo": nan, "text_hi": nan,
                    "delta": nan, "delta_lo": nan, "delta_hi": nan}
             if text_iv is not None:
-                d = delta_interval(np.stack(sse[(pos, li)]), np.stack(sse["text"]), st, n, ratio, level)
+                d = delta_interval(np.stack(sse[(pos, li)]), np.stack(sse["text"]), st, n, ratio, level, folds=folds_k)
                 row.update(text_r2=float(first["text"].r2), text_lo=text_iv.lo, text_hi=text_iv.hi,
                            delta=float(res.r2 - first["text"].r2), delta_lo=d.lo, delta_hi=d.hi)
             rows.append(row)
@@ -148,7 +166,9 @@ def probe_sweep(acts: Any, y: Any, *, texts: Sequence[str] | None = None, baseli
                         "grid": {"pca": list(grid.pca), "alphas": list(grid.alphas), "outer": grid.outer,
                                  "inner": grid.inner},
                         "baseline": "tf-idf" if texts is not None else ("features" if base is not None else None),
-                        "estimand": "the expected R^2 of the probe procedure trained on (K-1)/K of the prompts"})
+                        "groups": None if g is None else int(np.unique(g).size),
+                        "estimand": ("the expected R^2 of the probe procedure trained on (K-1)/K of the prompts"
+                                     + ("" if g is None else ", on prompts of groups it was not trained on"))})
     return table
 
 
