@@ -53,6 +53,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from interp.models import ModelError, ensure_folder, resolve
 from interp.residual import FINAL_NORM_SITE, ResidualSites, SiteError
+from interp.runtime import forward as _fw
+from interp.runtime import patching as _patching
 
 if TYPE_CHECKING:
     import numpy as np
@@ -753,6 +755,51 @@ class Runtime:
         grouped = self.canonical_hooks(names)
         site_of = {n: i for i, n in enumerate(names)}
         return [(canon, cap.hook([site_of[a] for a in aliases])) for canon, aliases in grouped.items()]
+
+    # ------------------------------------------------------------------ forward, cache, patching (forward.py, patching.py)
+
+    def forward(self, inputs: Any, hooks: Hooks = (), grad: bool = False) -> Float[torch.Tensor, "batch seq vocab"]:
+        """Logits [batch, seq, vocab] of one teacher-forced pass with `hooks` ([(name, fn(tensor, hook))]) attached.
+
+        `inputs`: a text, a list of texts, token ids or a list of token-id lists (rows of different lengths are
+        left-padded, with a mask and position ids: row i's token j is column `offset_i + j`). Residual-stream
+        names run on the model's own blocks, any other name through the bridge (interp/runtime/forward.py).
+        `grad=True` keeps the autograd graph (attribution patching); otherwise it runs in inference mode.
+
+            logits = rt.forward("Draw the flag of Germany.")
+            zeroed = rt.forward(text, hooks=[("blocks.3.attn.hook_z", lambda z, hook: z * 0)])"""
+        return _fw.forward(self, inputs, hooks, grad)
+
+    def run_with_cache(self, inputs: Any, names: Sequence[str] | str | None = None,
+                       positions: Sequence[int] | Sequence[Sequence[int]] | None = None, hooks: Hooks = (),
+                       device: str | None = "cpu") -> tuple[Float[torch.Tensor, "batch seq vocab"], dict[str, torch.Tensor]]:
+        """(logits, cache): `cache[name]` is the activation of each hook name (default: every residual site of
+        `hook_names()`), float32 on `device` (None: where the model runs), sliced to `positions` (indices into
+        each row's tokens, one list for all rows or one per row; negative from the end; the query axis of an
+        attention pattern). `hooks` run first, so a patched run caches its patched values.
+
+            logits, cache = rt.run_with_cache(text, names=["blocks.2.hook_resid_post", "blocks.2.attn.hook_z"],
+                                              positions=[-1])
+            cache["blocks.2.attn.hook_z"].shape   # [1, 1, n_heads, d_head]"""
+        return _fw.run_with_cache(self, inputs, names, positions, hooks, device)
+
+    def patch_scan(self, corrupt: Any, clean: Any, metric: Callable[..., Any], names: str | Sequence[str],
+                   positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
+                   layers: Sequence[int] | None = None, batch_size: int = 64) -> _patching.Scan:
+        """Exact activation patching of `clean` into `corrupt` at every (name, position[, head]), many patched runs
+        per forward (interp/runtime/patching.py). `names`: a template such as "blocks.{L}.attn.hook_z" (over
+        `layers`, default all) or a list; `metric(logits)` returns one value per row.
+
+            scan = rt.patch_scan(corrupt, clean, logit_diff, "blocks.{L}.attn.hook_z", heads="all")
+            scan.normalized()   # [layer, pos, head]: 0 = corrupt, 1 = clean"""
+        return _patching.patch_scan(self, corrupt, clean, metric, names, positions, heads, layers, batch_size)
+
+    def attribution_scan(self, corrupt: Any, clean: Any, metric: Callable[..., Any], names: str | Sequence[str],
+                         positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
+                         layers: Sequence[int] | None = None) -> _patching.Scan:
+        """Attribution patching (one forward, one backward): every site's effect estimated as grad . (clean -
+        corrupt); the same `Scan` as `patch_scan`, exact where the metric is linear in the site."""
+        return _patching.attribution_scan(self, corrupt, clean, metric, names, positions, heads, layers)
 
     # ------------------------------------------------------------------ attention
 
