@@ -801,6 +801,17 @@ class Runtime:
         corrupt); the same `Scan` as `patch_scan`, exact where the metric is linear in the site."""
         return _patching.attribution_scan(self, corrupt, clean, metric, names, positions, heads, layers)
 
+    def dose_response(self, inputs: Any, name: str, direction: Any, alphas: Sequence[float], metric: Callable[..., Any],
+                      positions: Any = None, level: float = 0.95) -> Any:
+        """A pandas table (alpha, metric, low, high, n, level, note) of `metric(logits)` (one value per prompt) with
+        `alpha * direction` added at hook `name` at `positions` ("prompt", "generated", a slice or token indices;
+        hooks.steer.add_direction); plot it with `interp.runtime.steering.plot_dose_response`.
+
+            table = rt.dose_response(texts, "blocks.6.hook_resid_pre", v, [0, 1, 2, 4], logit_diff, positions=[-1])"""
+        from interp.runtime.steering import logit_dose_response
+
+        return logit_dose_response(self, inputs, name, direction, alphas, metric, positions, level)
+
     # ------------------------------------------------------------------ attention
 
     def attention_mass(self, tokens: Sequence[int], queries: Sequence[int], groups: Sequence[Sequence[int]],
