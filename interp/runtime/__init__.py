@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from interp.models import ModelError, ensure_folder, resolve
 from interp.residual import FINAL_NORM_SITE, ResidualSites, SiteError
 from interp.runtime import forward as _fw
+from interp.runtime.capture import PlainPrompt, plain_prompt
 from interp.runtime import patching as _patching
 
 if TYPE_CHECKING:
@@ -117,6 +118,11 @@ class StopRule:
     fence: bool = True  #: stop at the ``` that closes the program's code block
     open_fence: bool = False  #: the prompt already opened the block, so the first ``` closes it
     strings: tuple[str, ...] = ()  #: custom stop strings (the text is cut after the first one found)
+
+    @classmethod
+    def free_text(cls, max_new_tokens: int = 256, strings: tuple[str, ...] = ()) -> "StopRule":
+        """The preset for free text (a plain prompt, no program): EOS/end of turn, `strings` or the cap; no fence."""
+        return cls(max_new_tokens=max_new_tokens, eos=True, fence=False, strings=tuple(strings))
 
 
 @dataclass
@@ -236,7 +242,7 @@ class Runtime:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         kind, folder = resolve(model)
         if kind in ("embedded", "organism"):
-            folder = ensure_folder(model)
+            folder = ensure_folder(model, evaluate=evaluate_organism)  # an organism trained now is scored by this runtime
         elif kind == "hub":
             try:
                 from huggingface_hub import snapshot_download
@@ -1021,6 +1027,36 @@ def _shift_rows(cache: Cache, shift: Sequence[int]) -> None:
             setattr(layer, attr, out)
 
 
+def evaluate_organism(folder: Path, data: Any, batch: int = 50) -> dict[str, Any]:
+    """A freshly trained organism's held-out accuracy (its training record's "eval"): greedy answers to every held-out
+    prompt of `data` (an `interp.organisms.data.Dataset`) through the runtime (zero-shot protocol), checked per
+    prompt. Generation stops 16 tokens past the longest right answer: a longer one cannot be right. Handed to
+    `interp.organisms.folder_for`/`build_folder` by their callers: the organisms package never imports the runtime."""
+    from interp.prompts import Protocol, build
+
+    rt = Runtime.from_folder(folder, name=folder.name)
+    known = [e for e in data.heldout if e.program] or data.training_examples(64, 0)
+    longest = max(len(rt.tokenizer(e.answer, add_special_tokens=False)["input_ids"]) for e in known)
+    max_new_tokens = longest + 16
+    proto = Protocol("zero-shot", 0)
+    results = []
+    for i in range(0, len(data.heldout), batch):
+        chunk = data.heldout[i : i + batch]
+        built = [build(ex.item, proto, rt.tokenizer) for ex in chunk]
+        gens = rt.generate([b.tokens for b in built], [Sampling(0.0, 0)] * len(chunk), StopRule(max_new_tokens=max_new_tokens))
+        for ex, g in zip(chunk, gens):
+            results.append({"id": ex.item.id, "correct": g.stop == "fence" and data.check(ex, g.text), "text": g.text})
+    correct = sum(r["correct"] for r in results)
+    return {"heldout_prompts": len(results), "heldout_correct": correct,
+            "heldout_accuracy": round(correct / max(1, len(results)), 6),
+            "wrong": [{"id": r["id"], "text": r["text"]} for r in results if not r["correct"]][:10]}
+
+
+
+#: the stop rule for free text: EOS or end of turn, or 256 tokens; never a code fence
+FREE_TEXT = StopRule.free_text()
+
+
 def describe(rt: Runtime) -> str:
     i = rt.info
     extra = "".join([f", {i.attention}", ", compat" if i.compat else "",
@@ -1029,4 +1065,5 @@ def describe(rt: Runtime) -> str:
     return f"{i.name} ({i.architecture}, {i.n_layers} layers, d_model {i.d_model}, {i.dtype} on {i.device}{extra})"
 
 
-__all__ = ["FINAL_SITES", "Generation", "ModelInfo", "Runtime", "Sampling", "StopRule", "describe", "remote_code"]
+__all__ = ["FINAL_SITES", "Generation", "ModelInfo", "Runtime", "Sampling", "StopRule", "describe", "evaluate_organism",
+           "remote_code", "plain_prompt", "PlainPrompt", "FREE_TEXT"]

@@ -4,10 +4,12 @@
 `patching.get_act_patch_attn_head_out_by_pos` for any hook name: for every (layer, position[, head]) site it
 writes the clean run's activation into the corrupt run there and records `metric(logits)`. The promises:
 
-- **Many patches per forward.** Each site is one row of a batch of copies of the corrupt prompt; a row's hook
-  writes its own site only, so one forward of `batch_size` rows does `batch_size` patched runs (TransformerLens
-  runs one forward per site). A row's value is the one it gets alone (tested against one site at a time and
-  against `transformer_lens.patching` on the same weights), so batching is invisible to results.
+- **Many patches per forward, and only the tokens a patch can change.** Each site is one row of a batch of
+  copies of the corrupt prompt; a row's hook writes its own site only, so one forward of `batch_size` rows does
+  `batch_size` patched runs (TransformerLens runs one forward per site). A patch at position p cannot change
+  the tokens before p, so those rows continue the corrupt prompt's KV cache of its first p tokens. A row's
+  value is the one it gets alone, up to float rounding (tested against one site at a time and against
+  `transformer_lens.patching` on the same weights), so batching is invisible to results.
 - **Attribution patching, checked against the exact scan.** `attribution_scan` does one forward and one
   backward on the corrupt prompt and estimates every site's effect as grad . (clean - corrupt) summed over
   the site's features (Nanda 2023; Syed et al. 2023): a first-order Taylor approximation. Where the metric is
@@ -152,9 +154,10 @@ def _by_position(t: torch.Tensor, name: str) -> torch.Tensor:
 
 
 def patch_hook(donor: torch.Tensor, name: str, rows: Sequence[int], cols: Sequence[int],
-               heads: Sequence[int] | None) -> Callable[..., Any]:
-    """A hook writing `donor`'s values (the clean activation, [1, ...]) into row rows[i] at column cols[i] (and head
-    heads[i]); every other row and position keeps its own values."""
+               heads: Sequence[int] | None, first: int = 0) -> Callable[..., Any]:
+    """A hook writing `donor`'s values (the clean activation, [1, ...]) into row rows[i] at position cols[i] (and
+    head heads[i]); every other row and position keeps its own values. `first` is the position of the pass's
+    first column (a pass that continues a KV cache of the first `first` tokens)."""
     import torch
 
     r = torch.tensor(list(rows), dtype=torch.long)
@@ -168,19 +171,40 @@ def patch_hook(donor: torch.Tensor, name: str, rows: Sequence[int], cols: Sequen
         rr, cc = r.to(act.device), c.to(act.device)
         s = src.to(act.device, act.dtype)
         if h is None:
-            view[rr, cc] = s[cc]
+            view[rr, cc - first] = s[cc]
         else:
             hh = h.to(act.device)
-            view[rr, cc, hh] = s[cc, hh]
+            view[rr, cc - first, hh] = s[cc, hh]
         return out
 
     return fn
 
 
+def _extend(rt: Any, ids: torch.Tensor, first: int, cache: Any, path: str) -> tuple[torch.Tensor, Any]:
+    """Logits of every column of `ids` (tokens first.. of each row, unpadded) on top of `cache` (the first `first`
+    tokens), and the grown cache."""
+    import torch
+
+    rows, width = ids.shape
+    mask = torch.ones((rows, first + width), dtype=torch.long, device=ids.device)
+    pos = torch.arange(first, first + width, device=ids.device)[None].expand(rows, -1)
+    if path == "bridge":
+        return rt.bridge(ids, return_type="logits_and_cache", attention_mask=mask, past_key_values=cache,
+                         use_cache=True, position_ids=pos)
+    out = rt.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, position_ids=pos)
+    return out.logits, out.past_key_values
+
+
 def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | Sequence[str],
                positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
                layers: Sequence[int] | None = None, batch_size: int = 64) -> Scan:
-    """Exact activation patching at every (site, position[, head]), `batch_size` patched runs per forward."""
+    """Exact activation patching at every (site, position[, head]), `batch_size` patched runs per forward.
+
+    A patch at position p changes nothing before p (attention is causal), so the patched runs at p continue the
+    corrupt prompt's KV cache of its first p tokens and compute tokens p.. only; the metric sees the corrupt
+    run's logits before p, which are those of the patched run. Rows of one forward share p."""
+    import copy
+
     import torch
 
     if batch_size < 1:
@@ -190,27 +214,40 @@ def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | S
     n_tok = cb.lengths[0]
     _check_cached(cache, names, n_tok)
     pos, hs = _grid(names, cache, n_tok, positions, heads)
-    sites = list(itertools.product(range(len(names)), range(len(pos)), range(len(hs)) if hs is not None else [None]))
-    plain_path = rt._path([(n, None) for n in names])
-    baseline = float(_values(metric, logits_of(rt, cb, [], plain_path), 1)[0])
-    clean_value = float(_values(metric, clean_logits, 1)[0]) if clean_logits is not None else float("nan")
-    out = torch.empty(len(sites), dtype=torch.float32)
-    for start in range(0, len(sites), batch_size):
-        chunk = sites[start:start + batch_size]
-        by_name: dict[int, tuple[list[int], list[int], list[int]]] = {}
-        for row, (ni, pj, hk) in enumerate(chunk):
-            rows, cols, heads_ = by_name.setdefault(ni, ([], [], []))
-            rows.append(row)
-            cols.append(pos[pj])
-            heads_.append(hs[hk] if hk is not None else 0)
-        hooks = [(names[ni], patch_hook(cache[names[ni]], names[ni], r, c, h if hs is not None else None))
-                 for ni, (r, c, h) in by_name.items()]
-        rep = type(cb)(cb.ids.repeat(len(chunk), 1), cb.mask.repeat(len(chunk), 1), cb.pos.repeat(len(chunk), 1),
-                       cb.offsets * len(chunk), cb.lengths * len(chunk))
-        logits = logits_of(rt, rep, hooks, plain_path)
-        out[start:start + len(chunk)] = _values(metric, logits, len(chunk)).detach().float().cpu()
-    shape = (len(names), len(pos)) + ((len(hs),) if hs is not None else ())
-    return Scan(out.reshape(shape), names, pos, hs, baseline, clean_value, "exact", layer_of)
+    head_ix = range(len(hs)) if hs is not None else [None]
+    path = rt._path([(n, None) for n in names])
+    out = torch.empty((len(names), len(pos), len(hs) if hs is not None else 1), dtype=torch.float32)
+    with torch.inference_mode():
+        base_logits, _ = _extend(rt, cb.ids, 0, rt._new_cache(), path)
+        baseline = float(_values(metric, base_logits, 1)[0])
+        clean_value = float(_values(metric, clean_logits, 1)[0]) if clean_logits is not None else float("nan")
+        for pj, p in enumerate(pos):
+            prefix = None
+            if p:
+                _, prefix = _extend(rt, cb.ids[:, :p], 0, rt._new_cache(), path)
+            sites = list(itertools.product(range(len(names)), head_ix))
+            for start in range(0, len(sites), batch_size):
+                chunk = sites[start:start + batch_size]
+                m = len(chunk)
+                by_name: dict[int, tuple[list[int], list[int]]] = {}
+                for row, (ni, hk) in enumerate(chunk):
+                    rows, heads_ = by_name.setdefault(ni, ([], []))
+                    rows.append(row)
+                    heads_.append(hs[hk] if hk is not None else 0)
+                hooks = [(names[ni], patch_hook(cache[names[ni]], names[ni], r, [p] * len(r), h if hs is not None else None,
+                                                first=p)) for ni, (r, h) in by_name.items()]
+                kv = rt._new_cache()
+                if prefix is not None:
+                    kv = copy.deepcopy(prefix)
+                    kv.batch_repeat_interleave(m)
+                with rt._attached(hooks, path):
+                    tail, _ = _extend(rt, cb.ids[:, p:].repeat(m, 1), p, kv, path)
+                logits = torch.cat([base_logits[:, :p].expand(m, -1, -1).to(tail.dtype), tail], dim=1)
+                values = _values(metric, logits, m).detach().float().cpu()
+                for row, (ni, hk) in enumerate(chunk):
+                    out[ni, pj, hk or 0] = values[row]
+    values = out if hs is not None else out[..., 0]
+    return Scan(values, names, pos, hs, baseline, clean_value, "exact", layer_of)
 
 
 def _delta(clean: torch.Tensor, corrupt: torch.Tensor) -> torch.Tensor:
