@@ -195,16 +195,33 @@ def _extend(rt: Any, ids: torch.Tensor, first: int, cache: Any, path: str) -> tu
     return out.logits, out.past_key_values
 
 
+def _first_tokens(cache: Any, p: int, rows: int) -> Any:
+    """A copy of a batch-1 KV cache cut to its first `p` tokens and repeated for `rows` rows: the corrupt prompt's
+    cache before a patched position (the same keys and values as computing those p tokens alone: causal)."""
+    import copy
+
+    layers = getattr(cache, "layers", None)
+    if layers is None or any("Sliding" in type(layer).__name__ for layer in layers):
+        raise ValueError(f"cannot cut a {type(cache).__name__}; the runtime passes a full DynamicCache")
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in layers:
+        new = copy.copy(layer)
+        if getattr(layer, "keys", None) is not None and getattr(layer, "is_initialized", True):
+            new.keys = layer.keys[:, :, :p].repeat(rows, 1, 1, 1)
+            new.values = layer.values[:, :, :p].repeat(rows, 1, 1, 1)
+        out.layers.append(new)
+    return out
+
+
 def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | Sequence[str],
                positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
                layers: Sequence[int] | None = None, batch_size: int = 64) -> Scan:
     """Exact activation patching at every (site, position[, head]), `batch_size` patched runs per forward.
 
     A patch at position p changes nothing before p (attention is causal), so the patched runs at p continue the
-    corrupt prompt's KV cache of its first p tokens and compute tokens p.. only; the metric sees the corrupt
+    corrupt run's KV cache cut to its first p tokens and compute tokens p.. only; the metric sees the corrupt
     run's logits before p, which are those of the patched run. Rows of one forward share p."""
-    import copy
-
     import torch
 
     if batch_size < 1:
@@ -218,13 +235,10 @@ def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | S
     path = rt._path([(n, None) for n in names])
     out = torch.empty((len(names), len(pos), len(hs) if hs is not None else 1), dtype=torch.float32)
     with torch.inference_mode():
-        base_logits, _ = _extend(rt, cb.ids, 0, rt._new_cache(), path)
+        base_logits, base_cache = _extend(rt, cb.ids, 0, rt._new_cache(), path)
         baseline = float(_values(metric, base_logits, 1)[0])
         clean_value = float(_values(metric, clean_logits, 1)[0]) if clean_logits is not None else float("nan")
         for pj, p in enumerate(pos):
-            prefix = None
-            if p:
-                _, prefix = _extend(rt, cb.ids[:, :p], 0, rt._new_cache(), path)
             sites = list(itertools.product(range(len(names)), head_ix))
             for start in range(0, len(sites), batch_size):
                 chunk = sites[start:start + batch_size]
@@ -236,10 +250,7 @@ def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | S
                     heads_.append(hs[hk] if hk is not None else 0)
                 hooks = [(names[ni], patch_hook(cache[names[ni]], names[ni], r, [p] * len(r), h if hs is not None else None,
                                                 first=p)) for ni, (r, h) in by_name.items()]
-                kv = rt._new_cache()
-                if prefix is not None:
-                    kv = copy.deepcopy(prefix)
-                    kv.batch_repeat_interleave(m)
+                kv = _first_tokens(base_cache, p, m) if p else rt._new_cache()
                 with rt._attached(hooks, path):
                     tail, _ = _extend(rt, cb.ids[:, p:].repeat(m, 1), p, kv, path)
                 logits = torch.cat([base_logits[:, :p].expand(m, -1, -1).to(tail.dtype), tail], dim=1)
