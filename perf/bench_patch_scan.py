@@ -83,7 +83,7 @@ def main() -> None:
     t_tl = time.perf_counter() - t0
     n_tl = len(index)
     # our values in the index's order ([layer, pos, head], as `index` lists them)
-    mine = ours.values[index["layer"].to_numpy(), index["pos"].to_numpy(), index["head"].to_numpy()]
+    mine = ours.values[tuple(torch.as_tensor(index[c].to_numpy().copy()) for c in ("layer", "pos", "head"))]
     diff = float((mine - flat.cpu()).abs().max())
 
     per_tl, per_ours = t_tl / n_tl, t_ours / n_ours

@@ -75,33 +75,42 @@ def logit_dose_response(rt: Any, inputs: Any, name: str, direction: Any, alphas:
     return dose_response(measure, alphas, level)
 
 
-def plot_dose_response(table: pd.DataFrame, ax: Any = None, label: str | None = None, ylabel: str = "metric") -> Figure:
-    """The table as a line with its intervals (error bars) and each point's n; rows without an interval are drawn
-    hollow and say so in the legend. Returns the Figure (a new one unless `ax` is given)."""
+def plot_dose_response(table: pd.DataFrame, ax: Any = None, label: str | None = None, ylabel: str | None = None) -> Figure:
+    """The table as a line with its intervals (error bars) and n (in the legend when every row has the same n,
+    else beside each point); rows without an interval are drawn hollow and say so in the legend. A dashed line
+    marks the unsteered value. Call again with `ax=` to overlay another table. Returns the Figure."""
     if ax is None:
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=(6, 4))  # no pyplot: no global figure state, any backend (a notebook shows it inline)
         ax = fig.subplots()
+        ax.set_ylabel(ylabel or "metric")
     else:
         fig = ax.figure
+        if ylabel:
+            ax.set_ylabel(ylabel)
     t = table.sort_values("alpha")
     has = t["low"].notna()
-    line = ax.plot(t["alpha"], t["metric"], "-", label=label)[0]
+    ns = sorted(set(int(n) for n in t["n"]))
+    level = int(round(100 * float(t["level"].iloc[0])))
+    text = ", ".join(x for x in (label, f"{level}% CI" if has.any() else "", f"n = {ns[0]}" if len(ns) == 1 else "") if x)
+    line = ax.plot(t["alpha"], t["metric"], "-", label=text or None)[0]
     color = line.get_color()
     if has.any():
         sub = t[has]
         ax.errorbar(sub["alpha"], sub["metric"], yerr=[sub["metric"] - sub["low"], sub["high"] - sub["metric"]],
-                    fmt="o", color=color, capsize=3, label=f"{int(100 * sub['level'].iloc[0])}% CI")
+                    fmt="o", color=color, capsize=3)
     if (~has).any():
         sub = t[~has]
         ax.plot(sub["alpha"], sub["metric"], "o", mfc="none", color=color, label="no interval (n < 2)")
-    for a, m, n in zip(t["alpha"], t["metric"], t["n"]):
-        ax.annotate(f"n={n}", (a, m), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
-    ax.axhline(float(t.loc[t["alpha"].abs().idxmin(), "metric"]), color="grey", lw=0.8, ls="--",
-               label="unsteered" if float(t["alpha"].abs().min()) == 0 else "weakest strength")
+    if len(ns) > 1:
+        for a, m, n in zip(t["alpha"], t["metric"], t["n"]):
+            ax.annotate(f"n={n}", (a, m), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+    zero = t["alpha"].abs().idxmin()
+    if not any(getattr(x, "get_label", lambda: "")() in ("unsteered", "weakest strength") for x in ax.lines):
+        ax.axhline(float(t.loc[zero, "metric"]), color="grey", lw=0.8, ls="--",
+                   label="unsteered" if float(t.loc[zero, "alpha"]) == 0 else "weakest strength")
     ax.set_xlabel("steering strength alpha")
-    ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     return fig
 

@@ -95,7 +95,10 @@ def test_dose_response_slope_is_the_constructed_one(tiny):
     assert not np.allclose(wrong["metric"] - wrong["metric"][0], slope * np.asarray(alphas), rtol=1e-4, atol=1e-4)
     fig = plot_dose_response(table, ylabel="logit difference")
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "steering strength alpha" and any("n=2" == t.get_text() for t in ax.texts)
+    assert ax.get_xlabel() == "steering strength alpha" and ax.get_ylabel() == "logit difference"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["95% CI, n = 2", "unsteered"]
+    mixed = table.assign(n=[2, 3, 3, 3])  # different n per row: each point says its own
+    assert sorted(t.get_text() for t in plot_dose_response(mixed).axes[0].texts) == ["n=2", "n=3", "n=3", "n=3"]
 
 
 def _coverage(half_width, n=8, draws=4000, seed=0):
