@@ -82,7 +82,7 @@ class Batch:
         if positions is None:
             return None
         positions = list(positions)
-        per_row = [list(p) for p in positions] if positions and not isinstance(positions[0], int) else [positions] * len(self.offsets)
+        per_row = [list(p) for p in positions] if positions and hasattr(positions[0], "__len__") else [positions] * len(self.offsets)
         if len(per_row) != len(self.offsets):
             raise ValueError(f"positions: one list for every row or one per row ({len(self.offsets)} rows)")
         if len({len(p) for p in per_row}) != 1:
@@ -91,6 +91,7 @@ class Batch:
         for off, n, pos in zip(self.offsets, self.lengths, per_row):
             row = []
             for p in pos:
+                p = int(p)
                 q = p + n if p < 0 else p
                 if not 0 <= q < n:
                     raise ValueError(f"position {p} out of range for a row of {n} tokens")

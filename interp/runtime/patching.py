@@ -7,7 +7,8 @@ writes the clean run's activation into the corrupt run there and records `metric
 - **Many patches per forward, and only the tokens a patch can change.** Each site is one row of a batch of
   copies of the corrupt prompt; a row's hook writes its own site only, so one forward of `batch_size` rows does
   `batch_size` patched runs (TransformerLens runs one forward per site). A patch at position p cannot change
-  the tokens before p, so those rows continue the corrupt prompt's KV cache of its first p tokens. A row's
+  the tokens before p, so a forward whose rows patch positions >= p continues the corrupt run's KV cache of
+  its first p tokens. A row's
   value is the one it gets alone, up to float rounding (tested against one site at a time and against
   `transformer_lens.patching` on the same weights), so batching is invisible to results.
 - **Attribution patching, checked against the exact scan.** `attribution_scan` does one forward and one
@@ -221,7 +222,9 @@ def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | S
 
     A patch at position p changes nothing before p (attention is causal), so the patched runs at p continue the
     corrupt run's KV cache cut to its first p tokens and compute tokens p.. only; the metric sees the corrupt
-    run's logits before p, which are those of the patched run. Rows of one forward share p."""
+    run's logits before p, which are those of the patched run. Sites go in position order, `batch_size` per
+    forward, and a forward starts at the first position among its rows (rows patched later compute a few
+    tokens they could have taken from the cache: fewer, fuller forwards)."""
     import torch
 
     if batch_size < 1:
@@ -238,25 +241,26 @@ def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | S
         base_logits, base_cache = _extend(rt, cb.ids, 0, rt._new_cache(), path)
         baseline = float(_values(metric, base_logits, 1)[0])
         clean_value = float(_values(metric, clean_logits, 1)[0]) if clean_logits is not None else float("nan")
-        for pj, p in enumerate(pos):
-            sites = list(itertools.product(range(len(names)), head_ix))
-            for start in range(0, len(sites), batch_size):
-                chunk = sites[start:start + batch_size]
-                m = len(chunk)
-                by_name: dict[int, tuple[list[int], list[int]]] = {}
-                for row, (ni, hk) in enumerate(chunk):
-                    rows, heads_ = by_name.setdefault(ni, ([], []))
-                    rows.append(row)
-                    heads_.append(hs[hk] if hk is not None else 0)
-                hooks = [(names[ni], patch_hook(cache[names[ni]], names[ni], r, [p] * len(r), h if hs is not None else None,
-                                                first=p)) for ni, (r, h) in by_name.items()]
-                kv = _first_tokens(base_cache, p, m) if p else rt._new_cache()
-                with rt._attached(hooks, path):
-                    tail, _ = _extend(rt, cb.ids[:, p:].repeat(m, 1), p, kv, path)
-                logits = torch.cat([base_logits[:, :p].expand(m, -1, -1).to(tail.dtype), tail], dim=1)
-                values = _values(metric, logits, m).detach().float().cpu()
-                for row, (ni, hk) in enumerate(chunk):
-                    out[ni, pj, hk or 0] = values[row]
+        # sites in position order, `batch_size` per forward; a forward starts at its first site's position
+        sites = sorted(itertools.product(range(len(pos)), range(len(names)), head_ix), key=lambda x: (pos[x[0]], x[1]))
+        for start in range(0, len(sites), batch_size):
+            chunk = sites[start:start + batch_size]
+            m, first = len(chunk), min(pos[pj] for pj, _, _ in chunk)
+            by_name: dict[int, tuple[list[int], list[int], list[int]]] = {}
+            for row, (pj, ni, hk) in enumerate(chunk):
+                rows, cols, heads_ = by_name.setdefault(ni, ([], [], []))
+                rows.append(row)
+                cols.append(pos[pj])
+                heads_.append(hs[hk] if hk is not None else 0)
+            hooks = [(names[ni], patch_hook(cache[names[ni]], names[ni], r, c, h if hs is not None else None, first=first))
+                     for ni, (r, c, h) in by_name.items()]
+            kv = _first_tokens(base_cache, first, m) if first else rt._new_cache()
+            with rt._attached(hooks, path):
+                tail, _ = _extend(rt, cb.ids[:, first:].repeat(m, 1), first, kv, path)
+            logits = torch.cat([base_logits[:, :first].expand(m, -1, -1).to(tail.dtype), tail], dim=1)
+            values = _values(metric, logits, m).detach().float().cpu()
+            for row, (pj, ni, hk) in enumerate(chunk):
+                out[ni, pj, hk or 0] = values[row]
     values = out if hs is not None else out[..., 0]
     return Scan(values, names, pos, hs, baseline, clean_value, "exact", layer_of)
 
