@@ -1,5 +1,10 @@
 """The runtime: one object owns a model, and generation, capture, patching and steering are calls on it.
 
+The package's rooms: `forward.py` (logits with any hooks, a cache of any hook names at chosen positions),
+`patching.py` (batched activation-patching scans, attribution patching), `steering.py` (dose-response
+tables and plots), `capture.py` (plain prompts: positions named by substring or index); this facade holds
+loading, the decode loop, KV-cache surgery and residual capture, and every call of the rooms as a method.
+
 `Runtime.load(name)` loads a Hugging Face causal LM (an embedded model from `interp.models`, a local
 folder, or a hub name already in the local cache) straight onto its device (`device_map`, so a 34B
 checkpoint never sits in host RAM first), with the fastest attention kernel the architecture has
