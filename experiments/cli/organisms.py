@@ -39,6 +39,7 @@ def organism_train(
 
     from interp.organisms import OrganismError, build_folder, folder_for, record
     from interp.organisms.zoo import ORGANISMS
+    from interp.runtime import evaluate_organism
 
     if name not in ORGANISMS:
         fail(f"unknown organism {name!r}: use one of {', '.join(ORGANISMS)}")
@@ -49,12 +50,12 @@ def organism_train(
 
     try:
         if out is None:
-            folder = folder_for(f"organism:{name}@{seed}", progress)
+            folder = folder_for(f"organism:{name}@{seed}", progress, evaluate_organism)
             rec = record(folder) or {}
         else:
             if out.exists():
                 fail(f"{out} already exists; choose a new --out")
-            rec = build_folder(name, out, seed, progress)
+            rec = build_folder(name, out, seed, progress, evaluate_organism)
             folder = out
     except (OrganismError, OSError, ValueError) as e:
         fail(str(e))

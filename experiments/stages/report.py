@@ -4,7 +4,7 @@ that leads with the evidence.
 Order: a table of contents (every section of every run links from it); the summary (the paper's questions, the runs' answers with CIs, one sentence each saying what the
 numbers support, and how many of the methods recovered the answers built into the model organisms); then
 "the methods, validated": per method, the organism, the constructed answer, the measured value with its CI
-and whether it was recovered, computed from the organism runs' rows (`experiments.organisms.verdicts`),
+and whether it was recovered, computed from the organism runs' rows (`experiments.verdicts.verdicts`),
 beside the organisms' per-layer R^2 plots and patching profile; then each real model's results: the
 paper's tables reproduced from the run, each with the paper's published values beside it
 (`experiments/data/paper.json`), where every table that could not be computed says in one line why and
@@ -694,9 +694,9 @@ def organism_runs(path: Path) -> list[Path]:
 
 
 def validation_rows(run: Path) -> list[dict[str, Any]]:
-    """The known-answer verdicts of one run (`experiments.organisms.verdicts`): empty for a run whose models
+    """The known-answer verdicts of one run (`experiments.verdicts.verdicts`): empty for a run whose models
     declare no constructed answer (any real model)."""
-    from experiments.organisms import verdicts
+    from experiments.verdicts import verdicts
 
     return verdicts(run)
 

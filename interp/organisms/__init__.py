@@ -10,34 +10,28 @@ training run that writes an ordinary Hugging Face folder. The pipeline loads it 
 2. `$AMBENCH_CACHE/models/organism-NAME-s{SEED}-{code version}`, trained on first use (minutes on
    two cores) under a file lock and renamed into place when complete, so a killed build leaves only a
    `.partial-*` folder that the next build removes.
+
+Training scores the new folder on its held-out prompts through the runtime, which the caller hands in
+(`evaluate`: `Runtime.load` passes `interp.runtime.evaluate_organism`): loading a model by name may train an
+organism, so this package never imports the runtime, which would be an import circle
+(interp.runtime -> interp.models -> interp.organisms -> interp.runtime).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-PREFIX = "organism:"
+# the name parsing and the cache folder live one floor down, shared with interp.models (no import circle)
+from interp.model_names import ORGANISM_PREFIX as PREFIX
+from interp.model_names import OrganismError, cache_dir
+from interp.model_names import parse_organism as parse
+
 WEIGHTS = Path(__file__).parent / "weights"
-_NAME = re.compile(r"^organism:([a-z0-9-]+)(?:@(\d{1,9}))?$")
-
-
-class OrganismError(ValueError):
-    """An organism name that cannot be resolved, with what to do about it."""
-
-
-def parse(model: str) -> tuple[str, int]:
-    """('xor-planner', 0) from 'organism:xor-planner'; ('tracker', 3) from 'organism:tracker@3'."""
-    from interp.organisms.zoo import DEFAULT_SEED, ORGANISMS
-
-    m = _NAME.match(model)
-    if not m or m.group(1) not in ORGANISMS:
-        raise OrganismError(f"unknown organism {model!r}: use organism:NAME or organism:NAME@SEED with NAME one of "
-                            f"{', '.join(ORGANISMS)}")
-    return m.group(1), int(m.group(2)) if m.group(2) is not None else DEFAULT_SEED
+#: scores a freshly built folder: evaluate(folder, dataset, batch) -> the record's "eval" (held-out accuracy)
+Evaluate = Callable[[Path, Any, int], dict]
 
 
 def record(folder: Path) -> dict | None:
@@ -60,24 +54,26 @@ def committed(name: str) -> Path | None:
 
 
 def cache_folder(name: str, seed: int) -> Path:
-    from interp.models import cache_dir
     from interp.organisms.zoo import code_version
 
     return cache_dir() / f"organism-{name}-s{seed}-{code_version(name)}"
 
 
-def build_folder(name: str, out: Path, seed: int, progress: Callable[[int, float], None] | None = None) -> dict:
-    """Train organism `name` with `seed` into the new folder `out`; returns its training record."""
+def build_folder(name: str, out: Path, seed: int, progress: Callable[[int, float], None] | None = None,
+                 evaluate: Evaluate | None = None) -> dict:
+    """Train organism `name` with `seed` into the new folder `out`; returns its training record (with the held-out
+    evaluation when `evaluate` is given: `interp.runtime.evaluate_organism`)."""
     from interp.organisms.build import train_organism
     from interp.organisms.zoo import code_version, get
 
     spec = get(name)
     return train_organism(name, spec.dataset(), spec.config, out, seed, code_version(name), progress,
-                          known_answer={"kind": spec.constructs, "statement": spec.known_answer})
+                          known_answer={"kind": spec.constructs, "statement": spec.known_answer}, evaluate=evaluate)
 
 
-def folder_for(model: str, progress: Callable[[int, float], None] | None = None) -> Path:
-    """The folder of `organism:NAME[@SEED]`: committed, cached, or trained now (see the module docstring)."""
+def folder_for(model: str, progress: Callable[[int, float], None] | None = None, evaluate: Evaluate | None = None) -> Path:
+    """The folder of `organism:NAME[@SEED]`: committed, cached, or trained now (see the module docstring); `evaluate`
+    scores a folder trained now (`Runtime.load` passes the runtime's `evaluate_organism`)."""
     import fcntl
 
     name, seed = parse(model)
@@ -98,5 +94,5 @@ def folder_for(model: str, progress: Callable[[int, float], None] | None = None)
             shutil.rmtree(stale, ignore_errors=True)
         if out.exists():  # a folder without a readable training.json was not finished by us
             shutil.rmtree(out)
-        build_folder(name, out, seed, progress)
+        build_folder(name, out, seed, progress, evaluate)
     return out

@@ -3,8 +3,10 @@
 The folder is a standard Hugging Face model folder (config, `model.safetensors`, tokenizer with its chat
 template) plus:
 - `training.json`: name, seed, configs, code version, data hash, weights sha256, the loss curve, the
-  held-out loss, held-out accuracy (greedy, through `interp.runtime.Runtime` and the `zero-shot`
-  protocol, so exactly the path the pipeline takes), time taken and the machine load while training;
+  held-out loss, held-out accuracy (greedy, through the runtime and the `zero-shot` protocol, so exactly
+  the path the pipeline takes: `evaluate`, handed in by the caller, `interp.runtime.evaluate_organism`;
+  this module never imports the runtime, see interp/organisms/__init__.py), time taken and the machine
+  load while training;
 - `prompts.jsonl`: the held-out prompts (`interp.prompts.load_prompts` format), for `ambench run`;
 - `plans.jsonl`: the constructed plan of each held-out prompt (the known answer, per prompt);
 - organism-specific files (the translator's `references.jsonl`).
@@ -54,30 +56,6 @@ def heldout_loss(model: Any, rows: list[tuple[list[int], int]], pad_id: int, bat
     return round(total / count, 6)
 
 
-def evaluate(folder: Path, data: Dataset, batch: int = 50) -> dict[str, Any]:
-    """Greedy answers to every held-out prompt through the runtime (zero-shot protocol), checked per prompt.
-    Generation stops 16 tokens past the longest right answer: a longer one cannot be right."""
-    from interp.prompts import Protocol, build
-    from interp.runtime import Runtime, Sampling, StopRule
-
-    rt = Runtime.from_folder(folder, name=folder.name)
-    known = [e for e in data.heldout if e.program] or data.training_examples(64, 0)
-    longest = max(len(rt.tokenizer(e.answer, add_special_tokens=False)["input_ids"]) for e in known)
-    max_new_tokens = longest + 16
-    proto = Protocol("zero-shot", 0)
-    results = []
-    for i in range(0, len(data.heldout), batch):
-        chunk = data.heldout[i : i + batch]
-        built = [build(ex.item, proto, rt.tokenizer) for ex in chunk]
-        gens = rt.generate([b.tokens for b in built], [Sampling(0.0, 0)] * len(chunk), StopRule(max_new_tokens=max_new_tokens))
-        for ex, g in zip(chunk, gens):
-            results.append({"id": ex.item.id, "correct": g.stop == "fence" and data.check(ex, g.text), "text": g.text})
-    correct = sum(r["correct"] for r in results)
-    return {"heldout_prompts": len(results), "heldout_correct": correct,
-            "heldout_accuracy": round(correct / max(1, len(results)), 6),
-            "wrong": [{"id": r["id"], "text": r["text"]} for r in results if not r["correct"]][:10]}
-
-
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
@@ -86,7 +64,8 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def train_organism(name: str, data: Dataset, cfg: TrainConfig, out: Path, seed: int, code_version: str,
                    progress: Callable[[int, float], None] | None = None, evaluate_heldout: bool = True,
-                   known_answer: dict[str, Any] | None = None) -> dict[str, Any]:
+                   known_answer: dict[str, Any] | None = None,
+                   evaluate: Callable[[Path, Dataset, int], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Train `name` and write its folder at `out` (atomically); returns the training record. `known_answer`
     ({"kind": one of experiments.organisms.KINDS, "statement": ...}) is what the organism constructs: recorded in
     training.json, it gives the folder a known-answer verdict in any run (`experiments.organisms.verdicts`)."""
@@ -129,7 +108,7 @@ def train_organism(name: str, data: Dataset, cfg: TrainConfig, out: Path, seed: 
             "machine": {"torch": torch.__version__, "threads": cfg.threads, "cpus": os.cpu_count(),
                         "loadavg_start": [round(x, 2) for x in load0]},
         }
-        if evaluate_heldout:
+        if evaluate_heldout and evaluate is not None:  # without an evaluator the record has no "eval"
             with deterministic_torch(cfg.threads):
                 record["eval"] = evaluate(tmp, data, cfg.eval_batch)
         record["seconds"]["total"] = round(time.time() - started, 1)

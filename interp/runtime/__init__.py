@@ -1,5 +1,10 @@
 """The runtime: one object owns a model, and generation, capture, patching and steering are calls on it.
 
+The package's rooms: `forward.py` (logits with any hooks, a cache of any hook names at chosen positions),
+`patching.py` (batched activation-patching scans, attribution patching), `steering.py` (dose-response
+tables and plots), `capture.py` (plain prompts: positions named by substring or index); this facade holds
+loading, the decode loop, KV-cache surgery and residual capture, and every call of the rooms as a method.
+
 `Runtime.load(name)` loads a Hugging Face causal LM (an embedded model from `interp.models`, a local
 folder, or a hub name already in the local cache) straight onto its device (`device_map`, so a 34B
 checkpoint never sits in host RAM first), with the fastest attention kernel the architecture has
@@ -53,6 +58,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from interp.models import ModelError, ensure_folder, resolve
 from interp.residual import FINAL_NORM_SITE, ResidualSites, SiteError
+from interp.runtime import forward as _fw
+from interp.runtime.capture import PlainPrompt, plain_prompt
+from interp.runtime import patching as _patching
 
 if TYPE_CHECKING:
     import numpy as np
@@ -115,6 +123,11 @@ class StopRule:
     fence: bool = True  #: stop at the ``` that closes the program's code block
     open_fence: bool = False  #: the prompt already opened the block, so the first ``` closes it
     strings: tuple[str, ...] = ()  #: custom stop strings (the text is cut after the first one found)
+
+    @classmethod
+    def free_text(cls, max_new_tokens: int = 256, strings: tuple[str, ...] = ()) -> "StopRule":
+        """The preset for free text (a plain prompt, no program): EOS/end of turn, `strings` or the cap; no fence."""
+        return cls(max_new_tokens=max_new_tokens, eos=True, fence=False, strings=tuple(strings))
 
 
 @dataclass
@@ -234,7 +247,7 @@ class Runtime:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         kind, folder = resolve(model)
         if kind in ("embedded", "organism"):
-            folder = ensure_folder(model)
+            folder = ensure_folder(model, evaluate=evaluate_organism)  # an organism trained now is scored by this runtime
         elif kind == "hub":
             try:
                 from huggingface_hub import snapshot_download
@@ -754,6 +767,62 @@ class Runtime:
         site_of = {n: i for i, n in enumerate(names)}
         return [(canon, cap.hook([site_of[a] for a in aliases])) for canon, aliases in grouped.items()]
 
+    # ------------------------------------------------------------------ forward, cache, patching (forward.py, patching.py)
+
+    def forward(self, inputs: Any, hooks: Hooks = (), grad: bool = False) -> Float[torch.Tensor, "batch seq vocab"]:
+        """Logits [batch, seq, vocab] of one teacher-forced pass with `hooks` ([(name, fn(tensor, hook))]) attached.
+
+        `inputs`: a text, a list of texts, token ids or a list of token-id lists (rows of different lengths are
+        left-padded, with a mask and position ids: row i's token j is column `offset_i + j`). Residual-stream
+        names run on the model's own blocks, any other name through the bridge (interp/runtime/forward.py).
+        `grad=True` keeps the autograd graph (attribution patching); otherwise it runs in inference mode.
+
+            logits = rt.forward("Draw the flag of Germany.")
+            zeroed = rt.forward(text, hooks=[("blocks.3.attn.hook_z", lambda z, hook: z * 0)])"""
+        return _fw.forward(self, inputs, hooks, grad)
+
+    def run_with_cache(self, inputs: Any, names: Sequence[str] | str | None = None,
+                       positions: Sequence[int] | Sequence[Sequence[int]] | None = None, hooks: Hooks = (),
+                       device: str | None = "cpu") -> tuple[Float[torch.Tensor, "batch seq vocab"], dict[str, torch.Tensor]]:
+        """(logits, cache): `cache[name]` is the activation of each hook name (default: every residual site of
+        `hook_names()`), float32 on `device` (None: where the model runs), sliced to `positions` (indices into
+        each row's tokens, one list for all rows or one per row; negative from the end; the query axis of an
+        attention pattern). `hooks` run first, so a patched run caches its patched values.
+
+            logits, cache = rt.run_with_cache(text, names=["blocks.2.hook_resid_post", "blocks.2.attn.hook_z"],
+                                              positions=[-1])
+            cache["blocks.2.attn.hook_z"].shape   # [1, 1, n_heads, d_head]"""
+        return _fw.run_with_cache(self, inputs, names, positions, hooks, device)
+
+    def patch_scan(self, corrupt: Any, clean: Any, metric: Callable[..., Any], names: str | Sequence[str],
+                   positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
+                   layers: Sequence[int] | None = None, batch_size: int = 64) -> _patching.Scan:
+        """Exact activation patching of `clean` into `corrupt` at every (name, position[, head]), many patched runs
+        per forward (interp/runtime/patching.py). `names`: a template such as "blocks.{L}.attn.hook_z" (over
+        `layers`, default all) or a list; `metric(logits)` returns one value per row.
+
+            scan = rt.patch_scan(corrupt, clean, logit_diff, "blocks.{L}.attn.hook_z", heads="all")
+            scan.normalized()   # [layer, pos, head]: 0 = corrupt, 1 = clean"""
+        return _patching.patch_scan(self, corrupt, clean, metric, names, positions, heads, layers, batch_size)
+
+    def attribution_scan(self, corrupt: Any, clean: Any, metric: Callable[..., Any], names: str | Sequence[str],
+                         positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
+                         layers: Sequence[int] | None = None) -> _patching.Scan:
+        """Attribution patching (one forward, one backward): every site's effect estimated as grad . (clean -
+        corrupt); the same `Scan` as `patch_scan`, exact where the metric is linear in the site."""
+        return _patching.attribution_scan(self, corrupt, clean, metric, names, positions, heads, layers)
+
+    def dose_response(self, inputs: Any, name: str, direction: Any, alphas: Sequence[float], metric: Callable[..., Any],
+                      positions: Any = None, level: float = 0.95) -> Any:
+        """A pandas table (alpha, metric, low, high, n, level, note) of `metric(logits)` (one value per prompt) with
+        `alpha * direction` added at hook `name` at `positions` ("prompt", "generated", a slice or token indices;
+        hooks.steer.add_direction); plot it with `interp.runtime.steering.plot_dose_response`.
+
+            table = rt.dose_response(texts, "blocks.6.hook_resid_pre", v, [0, 1, 2, 4], logit_diff, positions=[-1])"""
+        from interp.runtime.steering import logit_dose_response
+
+        return logit_dose_response(self, inputs, name, direction, alphas, metric, positions, level)
+
     # ------------------------------------------------------------------ attention
 
     def attention_mass(self, tokens: Sequence[int], queries: Sequence[int], groups: Sequence[Sequence[int]],
@@ -963,6 +1032,36 @@ def _shift_rows(cache: Cache, shift: Sequence[int]) -> None:
             setattr(layer, attr, out)
 
 
+def evaluate_organism(folder: Path, data: Any, batch: int = 50) -> dict[str, Any]:
+    """A freshly trained organism's held-out accuracy (its training record's "eval"): greedy answers to every held-out
+    prompt of `data` (an `interp.organisms.data.Dataset`) through the runtime (zero-shot protocol), checked per
+    prompt. Generation stops 16 tokens past the longest right answer: a longer one cannot be right. Handed to
+    `interp.organisms.folder_for`/`build_folder` by their callers: the organisms package never imports the runtime."""
+    from interp.prompts import Protocol, build
+
+    rt = Runtime.from_folder(folder, name=folder.name)
+    known = [e for e in data.heldout if e.program] or data.training_examples(64, 0)
+    longest = max(len(rt.tokenizer(e.answer, add_special_tokens=False)["input_ids"]) for e in known)
+    max_new_tokens = longest + 16
+    proto = Protocol("zero-shot", 0)
+    results = []
+    for i in range(0, len(data.heldout), batch):
+        chunk = data.heldout[i : i + batch]
+        built = [build(ex.item, proto, rt.tokenizer) for ex in chunk]
+        gens = rt.generate([b.tokens for b in built], [Sampling(0.0, 0)] * len(chunk), StopRule(max_new_tokens=max_new_tokens))
+        for ex, g in zip(chunk, gens):
+            results.append({"id": ex.item.id, "correct": g.stop == "fence" and data.check(ex, g.text), "text": g.text})
+    correct = sum(r["correct"] for r in results)
+    return {"heldout_prompts": len(results), "heldout_correct": correct,
+            "heldout_accuracy": round(correct / max(1, len(results)), 6),
+            "wrong": [{"id": r["id"], "text": r["text"]} for r in results if not r["correct"]][:10]}
+
+
+
+#: the stop rule for free text: EOS or end of turn, or 256 tokens; never a code fence
+FREE_TEXT = StopRule.free_text()
+
+
 def describe(rt: Runtime) -> str:
     i = rt.info
     extra = "".join([f", {i.attention}", ", compat" if i.compat else "",
@@ -971,4 +1070,5 @@ def describe(rt: Runtime) -> str:
     return f"{i.name} ({i.architecture}, {i.n_layers} layers, d_model {i.d_model}, {i.dtype} on {i.device}{extra})"
 
 
-__all__ = ["FINAL_SITES", "Generation", "ModelInfo", "Runtime", "Sampling", "StopRule", "describe", "remote_code"]
+__all__ = ["FINAL_SITES", "Generation", "ModelInfo", "Runtime", "Sampling", "StopRule", "describe", "evaluate_organism",
+           "remote_code", "plain_prompt", "PlainPrompt", "FREE_TEXT"]

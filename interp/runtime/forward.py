@@ -1,0 +1,200 @@
+"""The forward pass from Python: logits with any hooks attached, and a cache of any hook names at chosen positions.
+
+`Runtime.forward(inputs, hooks=[(name, fn), ...])` returns the logits of a teacher-forced pass and
+`Runtime.run_with_cache(inputs, names=..., positions=...)` returns them with the activations of any hook
+names, in TransformerLens's idiom (`fn(tensor, hook)`, a cache keyed by hook name). The promises:
+
+- **One path per call, the same numbers either way.** Residual-stream names (`blocks.{L}.hook_resid_pre/post`,
+  `hook_in/out`, `ln_final.hook_out`) run as forward hooks on the model's own blocks; any other name (`hook_z`,
+  `hook_mlp_out`, `attn.hook_pattern`, ...) runs through the TransformerBridge over the same weights. Where both
+  apply the results are equal (tests/interp/test_forward.py: bit for bit when the model runs eager attention).
+  Without this a user's numbers would depend on which names they happened to ask for in the same call.
+- **Inputs as a user has them.** A text, a list of texts, a token list or a list of token lists; rows of
+  different lengths are left-padded with an attention mask and explicit position ids, so a row's logits are
+  the ones it gets alone (up to float rounding). Positions are indices into each row's own tokens (a negative
+  index counts from its end), never padded columns: the bug this prevents is a cache read at a pad token.
+- **Only what is asked is kept.** A cached activation is sliced to the requested positions inside the hook
+  (the query axis of an attention pattern), so a cache of every layer at three positions holds
+  [batch, 3, ...] per name, never [batch, seq, ...].
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float, Int
+
+Hooks = Sequence[tuple[str, Callable[..., Any]]]
+#: hook names whose position axis is 2 (the query axis of [batch, head, query, key]); every other hook is [batch, pos, ...]
+QUERY_AXIS_SUFFIXES = ("hook_pattern", "hook_attn_scores")
+
+
+def position_axis(name: str) -> int:
+    """The axis of a hook's tensor that indexes token positions: 2 for attention patterns/scores, else 1."""
+    return 2 if name.endswith(QUERY_AXIS_SUFFIXES) else 1
+
+
+def as_rows(tokenizer: Any, inputs: Any) -> list[list[int]]:
+    """Token rows from a text, a list of texts, a token list, a list of token lists, or a 1-D/2-D tensor."""
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if hasattr(inputs, "tolist") and not isinstance(inputs, (list, tuple)):
+        inputs = inputs.tolist()
+    inputs = list(inputs)
+    if not inputs:
+        raise ValueError("no input: give a text, a list of texts, or token ids")
+    if all(isinstance(x, int) for x in inputs):
+        inputs = [inputs]
+    rows = []
+    for x in inputs:
+        if isinstance(x, str):
+            rows.append(list(tokenizer(x, add_special_tokens=True)["input_ids"]))
+        elif hasattr(x, "__len__") and all(isinstance(t, int) for t in x):
+            rows.append([int(t) for t in x])
+        else:
+            raise ValueError("each input must be a text or a list of token ids")
+    if any(len(r) == 0 for r in rows):
+        raise ValueError("every input needs at least one token")
+    return rows
+
+
+@dataclass
+class Batch:
+    """Left-padded rows: ids and mask [batch, width], position ids, and each row's offset (its pad count)."""
+
+    ids: Int[torch.Tensor, "batch seq"]
+    mask: Int[torch.Tensor, "batch seq"]
+    pos: Int[torch.Tensor, "batch seq"]
+    offsets: list[int]
+    lengths: list[int]
+
+    def columns(self, positions: Sequence[int] | Sequence[Sequence[int]] | None) -> Int[torch.Tensor, "batch n"] | None:
+        """Padded column of each requested position per row ([batch, n]); None keeps every column.
+
+        `positions` is one list for every row or one list per row; indices into the row's own tokens,
+        negative ones counted from its end."""
+        import torch
+
+        if positions is None:
+            return None
+        positions = list(positions)
+        per_row = [list(p) for p in positions] if positions and hasattr(positions[0], "__len__") else [positions] * len(self.offsets)
+        if len(per_row) != len(self.offsets):
+            raise ValueError(f"positions: one list for every row or one per row ({len(self.offsets)} rows)")
+        if len({len(p) for p in per_row}) != 1:
+            raise ValueError("every row needs the same number of positions")
+        cols = []
+        for off, n, pos in zip(self.offsets, self.lengths, per_row):
+            row = []
+            for p in pos:
+                p = int(p)
+                q = p + n if p < 0 else p
+                if not 0 <= q < n:
+                    raise ValueError(f"position {p} out of range for a row of {n} tokens")
+                row.append(off + q)
+            cols.append(row)
+        return torch.tensor(cols, dtype=torch.long)
+
+
+def batch_of(rt: Any, inputs: Any) -> Batch:
+    rows = as_rows(rt.tokenizer, inputs)
+    ids, mask, offsets = rt.pad(rows)
+    pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    return Batch(ids, mask, pos, offsets, [len(r) for r in rows])
+
+
+def logits_of(rt: Any, batch: Batch, hooks: Hooks, path: str, grad: bool = False) -> Float[torch.Tensor, "batch seq vocab"]:
+    """One teacher-forced pass of `batch` on `path` ('hf' or 'bridge') with `hooks` attached; logits for every column."""
+    import torch
+
+    ctx = torch.enable_grad() if grad else torch.inference_mode()
+    with ctx, rt._attached(list(hooks), path):
+        if path == "bridge":
+            return rt.bridge(batch.ids, return_type="logits", attention_mask=batch.mask, position_ids=batch.pos)
+        return rt.model(input_ids=batch.ids, attention_mask=batch.mask, position_ids=batch.pos, use_cache=False).logits
+
+
+def forward(rt: Any, inputs: Any, hooks: Hooks = (), grad: bool = False) -> Float[torch.Tensor, "batch seq vocab"]:
+    """Logits [batch, seq, vocab] of a teacher-forced pass with `hooks` attached (see `Runtime.forward`)."""
+    batch = batch_of(rt, inputs)
+    return logits_of(rt, batch, hooks, rt._path(list(hooks)), grad)
+
+
+class Recorder:
+    """Hooks that keep each hook point's tensor at chosen columns; aliases of one point are recorded once."""
+
+    def __init__(self, rt: Any, names: Sequence[str], columns: Int[torch.Tensor, "batch n"] | None, keep_graph: bool = False,
+                 device: str | None = "cpu") -> None:
+        self.names = list(dict.fromkeys(names))
+        self.columns = columns
+        self.keep_graph = keep_graph  # attribution patching differentiates through what it recorded
+        self.device = device
+        self.out: dict[str, Any] = {}
+        self.grouped = rt.canonical_hooks(self.names)
+
+    def hooks(self) -> list[tuple[str, Callable[..., Any]]]:
+        return [(canon, self._hook(aliases)) for canon, aliases in self.grouped.items()]
+
+    def _hook(self, aliases: Sequence[str]) -> Callable[..., Any]:
+        axis = position_axis(aliases[0])
+
+        def fn(act: torch.Tensor, hook: Any = None) -> None:
+            import torch
+
+            kept = act
+            if self.columns is not None:
+                cols = self.columns.to(act.device)
+                if axis == 1:
+                    kept = act[torch.arange(act.shape[0], device=act.device)[:, None], cols]
+                else:  # [batch, head, query, key]: the queries at the chosen columns -> [batch, head, n, key]
+                    rows = torch.arange(act.shape[0], device=act.device)[:, None]
+                    kept = act.transpose(1, 2)[rows, cols].transpose(1, 2)
+            if not self.keep_graph:
+                if kept is act:
+                    kept = act.detach().clone()  # a later in-place hook must not change what was cached
+                kept = kept.detach().float()
+                kept = kept.to(self.device) if self.device else kept
+            for a in aliases:
+                self.out[a] = kept
+            # returned, the tensor is the one the rest of the pass reads: the bridge hands a head-split view of
+            # hook_z / hook_v to hooks and, when a hook returns nothing, goes on from the unsplit tensor, which
+            # would leave a recorded view outside the graph (its gradient None)
+            return act if self.keep_graph else None
+
+        return fn
+
+    def result(self) -> dict[str, Any]:
+        missing = [n for n in self.names if n not in self.out]
+        if missing:
+            raise RuntimeError(f"hooks did not fire for {missing}")
+        return {n: self.out[n] for n in self.names}
+
+
+def run_with_cache(rt: Any, inputs: Any, names: Sequence[str] | str | None = None,
+                   positions: Sequence[int] | Sequence[Sequence[int]] | None = None, hooks: Hooks = (),
+                   device: str | None = "cpu") -> tuple[Float[torch.Tensor, "batch seq vocab"], dict[str, torch.Tensor]]:
+    """(logits, cache) with the activations of `names` at `positions` (see `Runtime.run_with_cache`)."""
+    batch = batch_of(rt, inputs)
+    if names is None:
+        names = rt.hook_names()
+    names = [names] if isinstance(names, str) else list(names)
+    rec = Recorder(rt, names, batch.columns(positions), device=device)
+    # the cache records what flows after the caller's hooks (a patched run caches the patched values)
+    all_hooks = list(hooks) + rec.hooks()
+    logits = logits_of(rt, batch, all_hooks, rt._path(all_hooks))
+    return logits, rec.result()
+
+
+@contextlib.contextmanager
+def hooks_attached(rt: Any, hooks: Hooks) -> Iterator[str]:
+    """Attach `hooks` on the path they need for the duration of the block; yields the path."""
+    path = rt._path(list(hooks))
+    with rt._attached(list(hooks), path):
+        yield path
+
+
+__all__ = ["Batch", "Recorder", "as_rows", "batch_of", "forward", "logits_of", "position_axis", "run_with_cache"]

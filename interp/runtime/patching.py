@@ -1,0 +1,310 @@
+"""Activation patching from Python: any hook name by layer, head and position, exact scans batched, attribution patching.
+
+`patch_scan(rt, corrupt, clean, metric, "blocks.{L}.attn.hook_z", heads="all")` is TransformerLens's
+`patching.get_act_patch_attn_head_out_by_pos` for any hook name: for every (layer, position[, head]) site it
+writes the clean run's activation into the corrupt run there and records `metric(logits)`. The promises:
+
+- **Many patches per forward, and only the tokens a patch can change.** Each site is one row of a batch of
+  copies of the corrupt prompt; a row's hook writes its own site only, so one forward of `batch_size` rows does
+  `batch_size` patched runs (TransformerLens runs one forward per site). A patch at position p cannot change
+  the tokens before p, so a forward whose rows patch positions >= p continues the corrupt run's KV cache of
+  its first p tokens. A row's
+  value is the one it gets alone, up to float rounding (tested against one site at a time and against
+  `transformer_lens.patching` on the same weights), so batching is invisible to results.
+- **Attribution patching, checked against the exact scan.** `attribution_scan` does one forward and one
+  backward on the corrupt prompt and estimates every site's effect as grad . (clean - corrupt) summed over
+  the site's features (Nanda 2023; Syed et al. 2023): a first-order Taylor approximation. Where the metric is
+  linear in the patched activation the approximation is exact, and the tests check it is on such a case
+  (the final norm's output and a logit difference) and fails for a broken sign; elsewhere it is a fast first
+  pass to choose which sites to patch exactly.
+- **Effects, not only values.** A `Scan` carries the unpatched corrupt metric (`baseline`) and the clean
+  metric, so `effect` and `normalized` (0 = corrupt, 1 = clean) need no second call.
+
+The metric takes logits [rows, seq, vocab] and returns one value per row ([rows]); the prompts are one clean
+and one corrupt prompt of the same length (positions are indices into them, negative from the end).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from interp.runtime.forward import Recorder, batch_of, logits_of, position_axis
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+    from jaxtyping import Float
+
+Metric = Callable[..., Any]
+
+
+@dataclass
+class Scan:
+    """A patching scan: `values[site, pos]` or `values[site, pos, head]` of the metric with that site patched."""
+
+    values: Float[torch.Tensor, "site pos *head"]  #: metric of each patched run (attribution: baseline + estimate)
+    names: list[str]  #: hook name of each site row
+    positions: list[int]  #: token index of each pos column (into the prompt, from 0)
+    heads: list[int] | None  #: head of each head column, None for whole-position patches
+    baseline: float  #: metric of the corrupt run, nothing patched
+    clean: float  #: metric of the clean run
+    method: str = "exact"  #: exact | attribution
+    layers: list[int] | None = field(default=None)  #: the layer of each site row when `names` came from a template
+
+    @property
+    def effect(self) -> Float[torch.Tensor, "site pos *head"]:
+        """values - baseline: what patching the site moved the metric by."""
+        return self.values - self.baseline
+
+    def normalized(self) -> Float[torch.Tensor, "site pos *head"]:
+        """(values - baseline) / (clean - baseline): 0 = the corrupt run, 1 = the clean run."""
+        return self.effect / (self.clean - self.baseline)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per site: name, layer, pos, head (if any), value, effect."""
+        import pandas as pd
+
+        rows = []
+        for i, name in enumerate(self.names):
+            for j, p in enumerate(self.positions):
+                for k, h in enumerate(self.heads if self.heads is not None else [None]):
+                    v = float(self.values[i, j, k] if self.heads is not None else self.values[i, j])
+                    row = {"name": name, "layer": self.layers[i] if self.layers else None, "pos": p}
+                    if self.heads is not None:
+                        row["head"] = h
+                    rows.append({**row, "value": v, "effect": v - self.baseline, "method": self.method})
+        return pd.DataFrame(rows)
+
+
+def site_names(rt: Any, names: str | Sequence[str], layers: Sequence[int] | None = None) -> tuple[list[str], list[int] | None]:
+    """Hook names from a template with `{L}` (expanded over `layers`, default every block) or a list of names."""
+    if isinstance(names, str) and "{L}" in names:
+        layers = list(range(rt.info.n_layers)) if layers is None else list(layers)
+        if any(not 0 <= layer < rt.info.n_layers for layer in layers):
+            raise ValueError(f"layers must lie in 0..{rt.info.n_layers - 1}")
+        return [names.replace("{L}", str(layer)) for layer in layers], layers
+    if layers is not None:
+        raise ValueError("layers= goes with a name template containing {L}, e.g. 'blocks.{L}.attn.hook_z'")
+    return ([names] if isinstance(names, str) else list(names)), None
+
+
+def _values(metric: Metric, logits: torch.Tensor, rows: int) -> Float[torch.Tensor, " rows"]:
+    import torch
+
+    out = torch.as_tensor(metric(logits))
+    if out.dim() != 1 or out.shape[0] != rows:
+        raise ValueError(f"the metric must return one value per row (shape [{rows}]), got shape {tuple(out.shape)}")
+    return out
+
+
+def _pair(rt: Any, corrupt: Any, clean: Any, names: Sequence[str]) -> tuple[Any, dict[str, torch.Tensor], float]:
+    """The corrupt batch (one row), the clean activations of `names` (full, on the model's device) and the clean
+    logits. `clean` is the clean prompt, or a cache from `run_with_cache(clean, names)` (its logits then unknown)."""
+    cb = batch_of(rt, corrupt)
+    if len(cb.offsets) != 1:
+        raise ValueError("patching takes one corrupt prompt (each patched run is one row of a batch of its copies)")
+    if isinstance(clean, dict):
+        missing = [n for n in names if n not in clean]
+        if missing:
+            raise ValueError(f"the clean cache lacks {missing}: cache them with run_with_cache(clean, names=...)")
+        return cb, {n: clean[n] for n in names}, None
+    kb = batch_of(rt, clean)
+    if len(kb.offsets) != 1 or kb.lengths != cb.lengths:
+        raise ValueError(f"clean and corrupt prompts must be one prompt each, of the same length "
+                         f"({kb.lengths} vs {cb.lengths} tokens)")
+    rec = Recorder(rt, names, None, device=None)
+    logits = logits_of(rt, kb, rec.hooks(), rt._path(rec.hooks()))
+    return cb, rec.result(), logits
+
+
+def _check_cached(cache: dict[str, torch.Tensor], names: Sequence[str], n_tokens: int) -> None:
+    for n in names:
+        t = cache[n]
+        if t.shape[0] != 1 or t.shape[position_axis(n)] != n_tokens:
+            raise ValueError(f"the clean activation of {n} has shape {tuple(t.shape)}: cache one prompt of {n_tokens} "
+                             "tokens at every position (positions=None)")
+
+
+def _grid(names: Sequence[str], cache: dict[str, torch.Tensor], n_tokens: int, positions: Sequence[int] | None,
+          heads: Sequence[int] | str | None) -> tuple[list[int], list[int] | None]:
+    pos = list(range(n_tokens)) if positions is None else [p + n_tokens if p < 0 else p for p in positions]
+    if any(not 0 <= p < n_tokens for p in pos):
+        raise ValueError(f"positions must lie in 0..{n_tokens - 1} (or count back from the end)")
+    if heads is None:
+        return pos, None
+    counts = set()
+    for n in names:
+        t = cache[n]
+        if t.dim() != 4:
+            raise ValueError(f"{n} has no head axis (shape {tuple(t.shape)}): patch it by position (heads=None)")
+        counts.add(t.shape[1] if position_axis(n) == 2 else t.shape[2])
+    if len(counts) != 1:
+        raise ValueError(f"the sites have different head counts {sorted(counts)}: scan them separately")
+    n_heads = counts.pop()
+    hs = list(range(n_heads)) if isinstance(heads, str) and heads == "all" else list(heads)
+    if any(not 0 <= h < n_heads for h in hs):
+        raise ValueError(f"heads must lie in 0..{n_heads - 1}")
+    return pos, hs
+
+
+def _by_position(t: torch.Tensor, name: str) -> torch.Tensor:
+    """A view with positions on axis 1 ([batch, pos, ...]): attention patterns [b, head, q, k] -> [b, q, head, k]."""
+    return t.transpose(1, 2) if position_axis(name) == 2 else t
+
+
+def patch_hook(donor: torch.Tensor, name: str, rows: Sequence[int], cols: Sequence[int],
+               heads: Sequence[int] | None, first: int = 0) -> Callable[..., Any]:
+    """A hook writing `donor`'s values (the clean activation, [1, ...]) into row rows[i] at position cols[i] (and
+    head heads[i]); every other row and position keeps its own values. `first` is the position of the pass's
+    first column (a pass that continues a KV cache of the first `first` tokens)."""
+    import torch
+
+    r = torch.tensor(list(rows), dtype=torch.long)
+    c = torch.tensor(list(cols), dtype=torch.long)
+    h = None if heads is None else torch.tensor(list(heads), dtype=torch.long)
+    src = _by_position(donor, name)[0]
+
+    def fn(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
+        out = act.clone()
+        view = _by_position(out, name)
+        rr, cc = r.to(act.device), c.to(act.device)
+        s = src.to(act.device, act.dtype)
+        if h is None:
+            view[rr, cc - first] = s[cc]
+        else:
+            hh = h.to(act.device)
+            view[rr, cc - first, hh] = s[cc, hh]
+        return out
+
+    return fn
+
+
+def _extend(rt: Any, ids: torch.Tensor, first: int, cache: Any, path: str) -> tuple[torch.Tensor, Any]:
+    """Logits of every column of `ids` (tokens first.. of each row, unpadded) on top of `cache` (the first `first`
+    tokens), and the grown cache."""
+    import torch
+
+    rows, width = ids.shape
+    mask = torch.ones((rows, first + width), dtype=torch.long, device=ids.device)
+    pos = torch.arange(first, first + width, device=ids.device)[None].expand(rows, -1)
+    if path == "bridge":
+        return rt.bridge(ids, return_type="logits_and_cache", attention_mask=mask, past_key_values=cache,
+                         use_cache=True, position_ids=pos)
+    out = rt.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, position_ids=pos)
+    return out.logits, out.past_key_values
+
+
+def _first_tokens(cache: Any, p: int, rows: int) -> Any:
+    """A copy of a batch-1 KV cache cut to its first `p` tokens and repeated for `rows` rows: the corrupt prompt's
+    cache before a patched position (the same keys and values as computing those p tokens alone: causal)."""
+    import copy
+
+    layers = getattr(cache, "layers", None)
+    if layers is None or any("Sliding" in type(layer).__name__ for layer in layers):
+        raise ValueError(f"cannot cut a {type(cache).__name__}; the runtime passes a full DynamicCache")
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in layers:
+        new = copy.copy(layer)
+        if getattr(layer, "keys", None) is not None and getattr(layer, "is_initialized", True):
+            new.keys = layer.keys[:, :, :p].repeat(rows, 1, 1, 1)
+            new.values = layer.values[:, :, :p].repeat(rows, 1, 1, 1)
+        out.layers.append(new)
+    return out
+
+
+def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | Sequence[str],
+               positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
+               layers: Sequence[int] | None = None, batch_size: int = 64) -> Scan:
+    """Exact activation patching at every (site, position[, head]), `batch_size` patched runs per forward.
+
+    A patch at position p changes nothing before p (attention is causal), so the patched runs at p continue the
+    corrupt run's KV cache cut to its first p tokens and compute tokens p.. only; the metric sees the corrupt
+    run's logits before p, which are those of the patched run. Sites go in position order, `batch_size` per
+    forward, and a forward starts at the first position among its rows (rows patched later compute a few
+    tokens they could have taken from the cache: fewer, fuller forwards)."""
+    import torch
+
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    names, layer_of = site_names(rt, names, layers)
+    cb, cache, clean_logits = _pair(rt, corrupt, clean, names)
+    n_tok = cb.lengths[0]
+    _check_cached(cache, names, n_tok)
+    pos, hs = _grid(names, cache, n_tok, positions, heads)
+    head_ix = range(len(hs)) if hs is not None else [None]
+    path = rt._path([(n, None) for n in names])
+    out = torch.empty((len(names), len(pos), len(hs) if hs is not None else 1), dtype=torch.float32)
+    with torch.inference_mode():
+        base_logits, base_cache = _extend(rt, cb.ids, 0, rt._new_cache(), path)
+        baseline = float(_values(metric, base_logits, 1)[0])
+        clean_value = float(_values(metric, clean_logits, 1)[0]) if clean_logits is not None else float("nan")
+        # sites in position order, `batch_size` per forward; a forward starts at its first site's position
+        sites = sorted(itertools.product(range(len(pos)), range(len(names)), head_ix), key=lambda x: (pos[x[0]], x[1]))
+        for start in range(0, len(sites), batch_size):
+            chunk = sites[start:start + batch_size]
+            m, first = len(chunk), min(pos[pj] for pj, _, _ in chunk)
+            by_name: dict[int, tuple[list[int], list[int], list[int]]] = {}
+            for row, (pj, ni, hk) in enumerate(chunk):
+                rows, cols, heads_ = by_name.setdefault(ni, ([], [], []))
+                rows.append(row)
+                cols.append(pos[pj])
+                heads_.append(hs[hk] if hk is not None else 0)
+            hooks = [(names[ni], patch_hook(cache[names[ni]], names[ni], r, c, h if hs is not None else None, first=first))
+                     for ni, (r, c, h) in by_name.items()]
+            kv = _first_tokens(base_cache, first, m) if first else rt._new_cache()
+            with rt._attached(hooks, path):
+                tail, _ = _extend(rt, cb.ids[:, first:].repeat(m, 1), first, kv, path)
+            logits = torch.cat([base_logits[:, :first].expand(m, -1, -1).to(tail.dtype), tail], dim=1)
+            values = _values(metric, logits, m).detach().float().cpu()
+            for row, (pj, ni, hk) in enumerate(chunk):
+                out[ni, pj, hk or 0] = values[row]
+    values = out if hs is not None else out[..., 0]
+    return Scan(values, names, pos, hs, baseline, clean_value, "exact", layer_of)
+
+
+def _delta(clean: torch.Tensor, corrupt: torch.Tensor) -> torch.Tensor:
+    """What patching moves a site by: clean minus corrupt (a test breaks it to check the known answer can fail)."""
+    return clean - corrupt
+
+
+def attribution_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | Sequence[str],
+                     positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
+                     layers: Sequence[int] | None = None) -> Scan:
+    """Attribution patching: every site's effect estimated as grad . (clean - corrupt) from one forward and one
+    backward of the corrupt prompt; the same `Scan` as `patch_scan` (values = baseline + estimated effect)."""
+    import torch
+
+    names, layer_of = site_names(rt, names, layers)
+    cb, cache, clean_logits = _pair(rt, corrupt, clean, names)
+    n_tok = cb.lengths[0]
+    _check_cached(cache, names, n_tok)
+    pos, hs = _grid(names, cache, n_tok, positions, heads)
+    rec = Recorder(rt, names, None, keep_graph=True)
+    logits = logits_of(rt, cb, rec.hooks(), rt._path(rec.hooks()), grad=True)
+    acts = rec.result()
+    value = _values(metric, logits, 1)[0]
+    if not all(a.requires_grad for a in acts.values()):
+        raise ValueError("attribution patching needs gradients through the model: its parameters have requires_grad off")
+    grads = torch.autograd.grad(value, [acts[n] for n in names], allow_unused=True)
+    baseline = float(value.detach())
+    clean_value = float(_values(metric, clean_logits, 1)[0]) if clean_logits is not None else float("nan")
+    per = []
+    for n, g in zip(names, grads):
+        a = acts[n].detach()
+        if g is None:  # the metric does not depend on the recorded tensor: a zero estimate would be a silent lie
+            raise ValueError(f"no gradient reaches {n} from the metric: the site does not feed the logits it reads")
+        d = _delta(cache[n].to(a.device, torch.float32), a.float())
+        prod = _by_position(g.float() * d, n)[0]  # [pos, ...]
+        prod = prod[pos]
+        if hs is None:
+            per.append(prod.reshape(len(pos), -1).sum(-1))
+        else:
+            per.append(prod[:, hs].reshape(len(pos), len(hs), -1).sum(-1))
+    est = torch.stack(per).detach().cpu()
+    return Scan(baseline + est, names, pos, hs, baseline, clean_value, "attribution", layer_of)
+
+
+__all__ = ["Scan", "attribution_scan", "patch_hook", "patch_scan", "site_names"]
