@@ -60,13 +60,18 @@ def fold_sums(y: np.ndarray, pred: np.ndarray, folds: Sequence[tuple[np.ndarray,
     return sse, sst
 
 
+def group_blocks(groups: np.ndarray) -> list[np.ndarray]:
+    """Row indices of each group, groups in order of their first appearance (the folds', permutations' and
+    intervals' one reading of a group label; interp.probes uses it too, from this floor down)."""
+    labels, first, inverse = np.unique(np.asarray(groups), return_index=True, return_inverse=True)
+    return [np.flatnonzero(inverse == li) for li in np.argsort(first)]
+
+
 def cluster_sums(y: np.ndarray, pred: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per group (in order of first appearance): the SSE of the out-of-fold predictions on its prompts and their sum of
     squares around the mean of all prompts; the groups' sums add up to the pooled R^2's SSE and SST, as the folds'."""
-    from interp.probes import _blocks
-
     mean = y.mean(axis=0)
-    blocks = _blocks(groups)
+    blocks = group_blocks(groups)
     sse = np.array([((y[b] - pred[b]) ** 2).sum() for b in blocks])
     sst = np.array([((y[b] - mean) ** 2).sum() for b in blocks])
     return sse, sst

@@ -29,6 +29,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from jaxtyping import Float
 
+from interp.intervals import group_blocks
+
 GRID_SIZE = 6
 DEFAULT_PCA = (4, 8, 16, 32, 64)
 DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-2, 5, 15))
@@ -463,7 +465,7 @@ def permutations(n: int, n_perm: int, seed: int, groups: np.ndarray | None = Non
         return np.zeros((0, n), dtype=np.int64)
     if groups is None:
         return np.stack([rng.permutation(n) for _ in range(n_perm)])
-    blocks = _blocks(groups)
+    blocks = group_blocks(groups)
     by_size: dict[int, list[int]] = {}
     for b, rows in enumerate(blocks):
         by_size.setdefault(len(rows), []).append(b)
@@ -473,12 +475,6 @@ def permutations(n: int, n_perm: int, seed: int, groups: np.ndarray | None = Non
             for b, src in zip(members, members if within_only else rng.permutation(members)):
                 out[i, blocks[b]] = rng.permutation(blocks[src])
     return out
-
-
-def _blocks(groups: np.ndarray) -> list[np.ndarray]:
-    """Row indices of each group, groups in order of their first appearance."""
-    labels, first, inverse = np.unique(np.asarray(groups), return_index=True, return_inverse=True)
-    return [np.flatnonzero(inverse == li) for li in np.argsort(first)]
 
 
 def perm_p(null: np.ndarray, observed: float) -> float:
