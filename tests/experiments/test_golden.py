@@ -127,6 +127,16 @@ def _activation_path(run: Path, model: str) -> Path:
     return RunDir(run).activations(model)
 
 
+#: a number in the report's text: printed to 3 significant digits (experiments/numbers.py)
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def report_numbers(text: str) -> tuple[str, list[float]]:
+    """The report's words with each number replaced by '#', and the numbers: the words are compared exactly, the numbers
+    within the printed precision."""
+    return NUMBER.sub("#", text), [float(m) for m in NUMBER.findall(text)]
+
+
 #: selections are pinned exactly: a chosen layer, PCA size or ridge penalty may never move with the machine
 SELECTIONS = ("k", "alpha", "layer", "chosen_layers", "best_layer")
 
@@ -155,23 +165,28 @@ def _close(a, b, path="") -> list[str]:
     return [] if a == b else [f"{path}: {str(a)[:120]!r} vs {str(b)[:120]!r}"]
 
 
-@pytest.fixture(scope="module")
-def golden_run(tmp_path_factory):
-    """The run, with the models named by relative paths from the run's parent folder: an attempt's key (and so
-    every derived seed) holds the model name, which must not depend on where the test runs."""
+def run_golden(root: Path, env: dict[str, str] | None = None) -> tuple[Path, dict[str, str]]:
+    """The golden study run in `root` by `ambench run` in a subprocess (whose environment `env` extends: how
+    tests/experiments/golden_spread.py emulates other CPUs), with the models named by relative paths from the run's
+    parent folder: an attempt's key (and so every derived seed) holds the model name, which must not depend on where
+    the test runs."""
     from experiments.rundir import RunDir
 
-    root = tmp_path_factory.mktemp("golden")
     build_tiny(root / "a")
     shutil.copytree(root / "a", root / "b")
     out = root / "run"
     with RunDir.writer(out, "golden test") as rd:
         rd.append(RunDir.GENERATIONS, _rows(["a", "b"]))
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), **(env or {}))
     res = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "--model", "a", "--model", "b", "--out", "run", *ARGS],
                          capture_output=True, text=True, env=env, timeout=900, cwd=root)
     assert res.returncode == 0, res.stderr[-3000:]
     return out, {"a": "model-a", "b": "model-b"}
+
+
+@pytest.fixture(scope="module")
+def golden_run(tmp_path_factory):
+    return run_golden(tmp_path_factory.mktemp("golden"))
 
 
 def test_the_study_gives_the_pinned_values(golden_run):
