@@ -23,6 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+#: numpy's own SIMD loops (reductions among them) dispatched above its x86-64-v2 baseline: disabled, numpy runs as on
+#: an old CPU (numpy 2.x names; an unknown name is refused by numpy at import, so the variant fails loudly)
+NUMPY_ABOVE_BASELINE = "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
 #: emulated CPUs: the environment of the study's subprocess. ATEN_CPU_CAPABILITY caps PyTorch's own kernels,
 #: MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA cap the GEMM and oneDNN libraries it calls, OPENBLAS_CORETYPE picks
 #: numpy/scipy's BLAS kernel (issue 19's case: an AMD EPYC ran the Haswell kernel)
@@ -38,6 +41,9 @@ VARIANTS: dict[str, dict[str, str]] = {
                      "OPENBLAS_CORETYPE": "Haswell"},
     "sse-machine": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41",
                     "OPENBLAS_CORETYPE": "Nehalem"},
+    "numpy-baseline": {"NPY_DISABLE_CPU_FEATURES": NUMPY_ABOVE_BASELINE},
+    "oldest-machine": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41",
+                       "OPENBLAS_CORETYPE": "Nehalem", "NPY_DISABLE_CPU_FEATURES": NUMPY_ABOVE_BASELINE},
 }
 
 
@@ -68,13 +74,14 @@ def flatten(tree, path: str = "") -> dict[str, object]:
 
 
 def field(path: str) -> str:
-    """A leaf's field: its path without list indices (probes[3].chosen[1].inner_r2 -> probes.chosen.inner_r2)."""
-    return re.sub(r"\[\d+\]", "", path)
+    """A leaf's field: its path without list indices or render keys (probes[3].chosen[1].inner_r2 ->
+    probes.chosen.inner_r2)."""
+    return re.sub(r"\[\d+\]", "", re.sub(r'^\.renders\.\[.*\]\.', ".renders.", path))
 
 
 def compare(base: dict, other: dict) -> tuple[dict[str, float], list[str]]:
     """The largest absolute difference per float field, and every non-float leaf that differs."""
-    from tests.experiments.test_golden import report_numbers
+    from tests.experiments.test_golden import _unit, report_numbers
 
     a = flatten({k: v for k, v in base.items() if k != "report_text"})
     b = flatten({k: v for k, v in other.items() if k != "report_text"})
@@ -91,7 +98,8 @@ def compare(base: dict, other: dict) -> tuple[dict[str, float], list[str]]:
     if ta != tb or len(na) != len(nb):
         exact.append("report_text: the words differ")
     else:
-        spread["report_text.numbers (relative)"] = max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(na, nb)), default=0.0)
+        spread["report_text.numbers (units of the last printed digit)"] = max(
+            (abs(float(x) - float(y)) / max(_unit(x), _unit(y)) for x, y in zip(na, nb)), default=0.0)
     return spread, exact
 
 
@@ -136,12 +144,16 @@ def main() -> None:
             values[n], runs[n] = _values(run, stable), run
             done.write_text(json.dumps(values[n], sort_keys=True))
         print(f"{n}: done ({VARIANTS[n] or 'the environment as it is'})", flush=True)
+    from tests.experiments.test_golden import GOLDEN
+
+    # the pinned values, made on the developers' machine (another CPU): one more variant
+    values["pinned golden.json"] = json.loads(GOLDEN.read_text(encoding="utf-8"))
     worst: dict[str, float] = {}
     for n in values:
         if n == "native":
             continue
         spread, exact = compare(values["native"], values[n])
-        act = activation_spread(runs["native"], runs[n])
+        act = activation_spread(runs["native"], runs[n]) if n in runs else float("nan")
         moved = sum(1 for v in spread.values() if v > 0)
         print(f"\n== {n}: activations max |diff| {act:.3g}; {moved} float fields moved; {len(exact)} exact values differ")
         for e in exact[:20]:
@@ -150,7 +162,9 @@ def main() -> None:
             worst[f] = max(worst.get(f, 0.0), v)
     print("\n== the largest difference from 'native' per float field, over all variants")
     for f, v in sorted(worst.items(), key=lambda kv: -kv[1]):
-        print(f"{v:12.3g}  {f}")
+        if v > 0:
+            print(f"{v:12.3g}  {f}")
+    print(f"{'0':>12}  the other {sum(1 for v in worst.values() if v == 0)} float fields")
 
 
 if __name__ == "__main__":
