@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 from hypothesis import settings
 
@@ -22,3 +23,23 @@ def tiny(tiny_folder):
     from interp.runtime import Runtime
 
     return Runtime.from_folder(tiny_folder, name="tiny")
+
+
+# --------------------------------------------------------------------------- the fast lane (issue 29)
+#: tests measured slow, one per line: a test (path::name, every parametrisation) or a whole file (path), then its
+#: measured seconds (`pytest --durations=0`, setup included: a file whose module fixture builds a study is listed whole,
+#: so the fast lane never builds it). They get the `slow` marker: `./test.sh -m "not slow"` leaves them out.
+SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
+
+
+def _slow_entries() -> set[str]:
+    lines = SLOW_TESTS.read_text(encoding="utf-8").splitlines() if SLOW_TESTS.exists() else []
+    return {ln.split()[0] for ln in lines if ln.strip() and not ln.lstrip().startswith("#")}
+
+
+def pytest_collection_modifyitems(config, items):
+    slow = _slow_entries()
+    for item in items:
+        nodeid = item.nodeid.split("[")[0]
+        if nodeid in slow or nodeid.split("::")[0] in slow:
+            item.add_marker(pytest.mark.slow)
