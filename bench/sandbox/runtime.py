@@ -294,7 +294,11 @@ def cpu_limit(seconds: float):
         yield
         return
 
+    fired = False
+
     def on_cpu(signum: int, frame: Any) -> None:
+        nonlocal fired
+        fired = True
         raise CpuTimeout()
 
     old = signal.signal(signal.SIGPROF, on_cpu)
@@ -304,6 +308,16 @@ def cpu_limit(seconds: float):
             _cpu_backstop(seconds)
         try:
             yield
+        except CpuTimeout:
+            raise
+        except BaseException as e:
+            # A C library that polls for signals may turn the handler's exception into its own: GEOS, interrupted
+            # inside an overlay, raises shapely's GEOSException instead of CpuTimeout when its interrupt check
+            # runs before shapely's (which one runs first depends on where the tick lands). Once the clock has
+            # fired, whatever ends the work is the timeout, so the outcome does not depend on that race.
+            if fired:
+                raise CpuTimeout() from e
+            raise
         finally:
             # disarm before any handler runs, so a late tick cannot replace the outcome already decided
             signal.setitimer(signal.ITIMER_PROF, 0)

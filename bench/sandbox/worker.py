@@ -150,6 +150,8 @@ def run_raw(text: str, medium: Medium, limits: Limits) -> ExecResult:
 
 
 def _score(state: _State, result: ExecResult, ref: Any) -> ExecResult:
+    import shapely.errors
+
     from bench.translation.piou import reference_geometry, score_result, zero_score
     from bench.translation.references import scored_parts
 
@@ -163,8 +165,16 @@ def _score(state: _State, result: ExecResult, ref: Any) -> ExecResult:
     try:
         with cpu_limit(state.limits.cpu_seconds):
             result.score = score_result(result, rg)
-    except CpuTimeout:
-        failed = ExecResult("budget", f"scoring needed over {state.limits.cpu_seconds:g} s of CPU (geometry too complex)",
+    except (CpuTimeout, MemoryError, shapely.errors.GEOSException) as e:
+        # An overlay too complex to score ends in whichever limit it meets first: the CPU clock, or the worker's
+        # memory, which GEOS reports as GEOSException('std::bad_alloc') (seen on an AVX-512 Xeon, where the
+        # interleaved comb of tests/bench/test_boundary.py exhausts memory before CPU: one outcome, `budget`,
+        # with the limit it met named). Any other GEOS error on geometry that came back valid is the same
+        # verdict: the attempt's geometry cannot be scored within the worker's limits.
+        what = (f"over {state.limits.cpu_seconds:g} s of CPU" if isinstance(e, CpuTimeout)
+                else "more memory than the worker allows" if isinstance(e, MemoryError) or "alloc" in str(e)
+                else f"a geometry error ({str(e)[:80]})")
+        failed = ExecResult("budget", f"scoring needed {what} (geometry too complex)",
                             code=result.code, ops=result.ops, pixel_writes=result.pixel_writes, medium=result.medium)
         failed.score = zero_score(len(scored_parts(ref)))
         return failed

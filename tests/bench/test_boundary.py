@@ -169,3 +169,24 @@ def test_decoding_checks_every_call_field():
     for h in bad:
         out = boundary.decode(with_header(h))
         assert out.outcome == "crash" and "malformed" in out.reason, h
+
+
+def test_a_library_that_turns_the_cpu_tick_into_its_own_error_still_times_out():
+    """GEOS, interrupted by the CPU clock inside an overlay, can raise shapely's GEOSException in place of the
+    handler's CpuTimeout (which check runs first depends on where the tick lands): once the clock has fired,
+    whatever ends the work is the timeout. Without the rule in `cpu_limit` this ends in ValueError."""
+    from bench.sandbox.runtime import CpuTimeout, cpu_limit
+
+    def library_call():
+        try:
+            while True:
+                pass
+        except CpuTimeout:
+            raise ValueError("interrupted") from None
+
+    with pytest.raises(CpuTimeout):
+        with cpu_limit(0.05):
+            library_call()
+    with pytest.raises(ValueError):  # an error with no tick is the error
+        with cpu_limit(5):
+            raise ValueError("plain")
