@@ -1,9 +1,12 @@
 """The runtime: one object owns a model, and generation, capture, patching and steering are calls on it.
 
-The package's rooms: `forward.py` (logits with any hooks, a cache of any hook names at chosen positions),
-`patching.py` (batched activation-patching scans, attribution patching), `steering.py` (dose-response
-tables and plots), `capture.py` (plain prompts: positions named by substring or index); this facade holds
-loading, the decode loop, KV-cache surgery and residual capture, and every call of the rooms as a method.
+The package's rooms, each call of which is a method here: `load.py` (a name or folder becomes a model, its
+tokenizer, hook points and `ModelInfo`), `generation.py` (the decode loop: `generate`, `continue_batch`, stop
+rules), `kv.py` (KV-cache surgery and prefix sharing), `capture.py` (residual capture at positions; plain
+prompts with positions named by substring or index), `forward.py` (logits with any hooks, a cache of any hook
+names at chosen positions), `patching.py` (batched activation-patching scans, attribution patching),
+`steering.py` (dose-response tables and plots). This facade holds the `Runtime` object: what it owns, which
+of the two hook mechanisms a call runs, one forward step, padding, and the methods.
 
 `Runtime.load(name)` loads a Hugging Face causal LM (an embedded model from `interp.models`, a local
 folder, or a hub name already in the local cache) straight onto its device (`device_map`, so a 34B
@@ -43,168 +46,37 @@ takes the prefix cache shifted right by p_i slots and recomputes the last p_i pr
 suffix, which keeps every row's real tokens contiguous: exact for every attention pattern.
 """
 
+
 from __future__ import annotations
 
 import contextlib
-import copy
-import functools
-import hashlib
 import inspect
-import json
-import os
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from interp.models import ModelError, ensure_folder, resolve
-from interp.residual import FINAL_NORM_SITE, ResidualSites, SiteError
+from interp.models import ModelError
+from interp.residual import FINAL_NORM_SITE, ResidualSites
+from interp.runtime import capture as _capture
 from interp.runtime import forward as _fw
-from interp.runtime.capture import PlainPrompt, plain_prompt
+from interp.runtime import generation as _gen
+from interp.runtime import kv
 from interp.runtime import patching as _patching
+from interp.runtime.capture import PlainPrompt, plain_prompt
+from interp.runtime.generation import END_TOKENS, FENCE, FREE_TEXT, Generation, Sampling, StopRule
+from interp.runtime.load import QUANTIZE, ModelInfo, _default_device, _dtype, _is_oom, locate, open_folder, remote_code, weights_digest
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
-    from jaxtyping import Bool, Float, Int
-    from transformers import BitsAndBytesConfig, Cache, PreTrainedModel, PreTrainedTokenizerBase
+    from jaxtyping import Float, Int
+    from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
     from transformer_lens.model_bridge import TransformerBridge
 
-#: Extra end-of-turn tokens that stop generation when present in the vocabulary.
-END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>", "<|end|>")
-FENCE = "```"
 #: The last capture site: the residual stream leaving the last block (before the final norm), or the
 #: final norm's output (what the unembedding reads; Hugging Face's last `hidden_states` in transformers 5).
 FINAL_SITES = ("pre-norm", "post-norm")
-QUANTIZE = ("8bit", "4bit")
 
 Hooks = Sequence[tuple[str, Callable[..., Any]]]
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What was loaded, recorded with every output (config.json, HDF5 metadata)."""
-
-    name: str  #: registry name, folder or hub name as given
-    source: str  #: embedded | organism | folder | hub
-    path: str  #: the Hugging Face folder the weights came from
-    weights_digest: str  #: `weights_digest(path)`: changes with any re-release of the weights
-    architecture: str  #: `config.architectures[0]`, e.g. Gemma2ForCausalLM
-    dtype: str  #: parameter dtype (float32, bfloat16, float16)
-    device: str  #: where inputs go (the input embeddings' device)
-    compat: bool  #: TransformerLens compatibility mode (processed weights; every call through the bridge)
-    n_layers: int  #: decoder blocks; capture has n_layers + 1 sites
-    d_model: int  #: residual-stream width
-    chat: bool  #: the tokenizer has a chat template
-    attention: str = "sdpa"  #: attention kernel every call runs (sdpa, eager, ...)
-    attention_note: str = ""  #: why the kernel differs from the one asked for ("" when it does not)
-    hooks: str = "forward"  #: forward (residual hooks on the HF blocks; bridge for other names) | bridge (compat)
-    device_map: dict[str, str] = field(default_factory=dict)  #: module -> device as loaded ({"": device} unless split)
-    quantization: str = "none"  #: none | 8bit | 4bit (bitsandbytes)
-    trust_remote_code: bool = False  #: the model's own modeling code was allowed to run
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How one attempt picks tokens: temperature 0 is greedy; the seed drives the row's own generator."""
-
-    temperature: float = 0.0  #: 0 = greedy (argmax); > 0 samples from softmax(logits / temperature)
-    seed: int = 0  #: seed of the row's own torch.Generator
-
-
-@dataclass(frozen=True)
-class StopRule:
-    """When a row stops generating."""
-
-    max_new_tokens: int = 384  #: hard cap on generated tokens
-    eos: bool = True  #: stop at EOS or an end-of-turn token
-    fence: bool = True  #: stop at the ``` that closes the program's code block
-    open_fence: bool = False  #: the prompt already opened the block, so the first ``` closes it
-    strings: tuple[str, ...] = ()  #: custom stop strings (the text is cut after the first one found)
-
-    @classmethod
-    def free_text(cls, max_new_tokens: int = 256, strings: tuple[str, ...] = ()) -> "StopRule":
-        """The preset for free text (a plain prompt, no program): EOS/end of turn, `strings` or the cap; no fence."""
-        return cls(max_new_tokens=max_new_tokens, eos=True, fence=False, strings=tuple(strings))
-
-
-@dataclass
-class Generation:
-    tokens: list[int] = field(default_factory=list)  #: generated ids (a final EOS included)
-    entropy: list[float] = field(default_factory=list)  #: nats, one per generated token
-    text: str = ""  #: decoded text (no EOS; cut after a stop string or closing fence)
-    stop: str = ""  #: eos | fence | string | max_tokens
-
-
-def weights_digest(folder: Path) -> str:
-    """sha256 over the weight files' names, sizes, first and last MiB: cheap for 30 GB checkpoints."""
-    h = hashlib.sha256()
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
-    for p in files:
-        size = p.stat().st_size
-        h.update(f"{p.name}:{size}".encode())
-        with open(p, "rb") as f:
-            h.update(f.read(1 << 20))
-            if size > 2 << 20:
-                f.seek(size - (1 << 20))
-                h.update(f.read())
-    return h.hexdigest()[:16]
-
-
-def _default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _dtype(name: str | None, device: str) -> torch.dtype:
-    import torch
-
-    if name is None:
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if name not in table:
-        raise ModelError(f"unknown dtype {name!r}: use float32, bfloat16 or float16")
-    return table[name]
-
-
-def _is_oom(e: BaseException) -> bool:
-    import torch
-
-    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(e).lower()
-
-
-def remote_code(folder: Path) -> str | None:
-    """The class a folder's `auto_map` asks to run from its own files when transformers has no native one."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-    try:
-        raw = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise ModelError(f"{folder}: cannot read the model config ({e})") from None
-    ref = (raw.get("auto_map") or {}).get("AutoModelForCausalLM") if isinstance(raw, dict) else None
-    if not ref or raw.get("model_type") in CONFIG_MAPPING_NAMES:
-        return None  # transformers has the class itself: it never runs the folder's code
-    return ref if isinstance(ref, str) else str(ref[0])
-
-
-def _quantization_config(quantize: str | None, dtype: torch.dtype) -> BitsAndBytesConfig | None:
-    if quantize is None:
-        return None
-    if quantize not in QUANTIZE:
-        raise ModelError(f"unknown quantization {quantize!r}: use 8bit or 4bit")
-    import importlib.util
-
-    if importlib.util.find_spec("bitsandbytes") is None:
-        raise ModelError(f"{quantize} loading needs bitsandbytes: `pip install bitsandbytes` (a CUDA GPU for most kernels)")
-    from transformers import BitsAndBytesConfig
-
-    if quantize == "8bit":
-        return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
 
 
 class Runtime:
@@ -223,7 +95,7 @@ class Runtime:
         self._force_bridge = info.compat
         #: prefill a prompt given several times in one generate() call once (see generate); off only to compare
         self.share_prefill = True
-        #: the KV caches of the last shared prefixes computed without hooks (`_prefix_cache`): a few-shot protocol's
+        #: the KV caches of the last shared prefixes computed without hooks (`kv.prefix_cache`): a few-shot protocol's
         #: examples are the same in every batch of a stage, so each is computed once per stage, not once per batch
         self._prefixes: dict[tuple[str, tuple[int, ...]], Cache] = {}
         params = inspect.signature(model.forward).parameters
@@ -236,27 +108,17 @@ class Runtime:
         stops |= {vocab[t] for t in END_TOKENS if t in vocab}
         self.stop_ids = frozenset(stops)
 
-    # ------------------------------------------------------------------ loading
+
+    # ------------------------------------------------------------------ loading (load.py)
 
     @classmethod
     def load(cls, model: str, device: str | None = None, dtype: str | None = None, compat: bool = False,
              attention: str | None = None, trust_remote_code: bool = False, device_map: str | dict | None = None,
              quantize: str | None = None) -> "Runtime":
-        """Boot `model` (registry name, local HF folder, or a hub name in the local cache)."""
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub at run time
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        kind, folder = resolve(model)
-        if kind in ("embedded", "organism"):
-            folder = ensure_folder(model, evaluate=evaluate_organism)  # an organism trained now is scored by this runtime
-        elif kind == "hub":
-            try:
-                from huggingface_hub import snapshot_download
+        """Boot `model` (registry name, local HF folder, or a hub name in the local cache).
 
-                folder = Path(snapshot_download(model, local_files_only=True))
-            except Exception as e:  # noqa: BLE001 - any failure here means "not cached"
-                raise ModelError(f"{model!r} is not in the local Hugging Face cache and nothing is downloaded "
-                                 f"at run time; download it first or pass a local folder ({type(e).__name__})") from None
-        assert folder is not None
+            rt = Runtime.load("smollm2")   # or a folder: Runtime.load("/models/Llama-3.1-8B", dtype="bfloat16")"""
+        kind, folder = locate(model, evaluate=evaluate_organism)  # an organism trained now is scored by this runtime
         device = device or _default_device()
         return cls.from_folder(folder, name=model, source=kind, device=device, dtype=_dtype(dtype, device), compat=compat,
                                attention=attention, trust_remote_code=trust_remote_code, device_map=device_map,
@@ -271,89 +133,9 @@ class Runtime:
         else eager); `device_map` "auto" spreads the blocks over the visible GPUs (default: all on `device`);
         `quantize` 8bit/4bit loads bitsandbytes weights; `trust_remote_code` lets a folder's own modeling
         code run (never implied)."""
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-        dtype = dtype or torch.float32
-        folder = Path(folder)
-        label = name or str(folder)
-        ref = remote_code(folder)
-        if ref and not trust_remote_code:
-            raise ModelError(f"{label} needs its own modeling code ({ref}, from the model folder) and code is run only "
-                             "when asked: pass --trust-remote-code if you trust it")
-        try:
-            config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
-        except Exception as e:  # noqa: BLE001
-            raise ModelError(f"{label}: cannot read the model config ({e})") from None
-        arch = (getattr(config, "architectures", None) or [type(config).__name__])[0]
-        if compat:
-            attention = "eager"  # the bridge forces eager; compat runs everything through it
-        quant = _quantization_config(quantize, dtype)
-        placement = device_map if device_map is not None else {"": device}
-        kwargs: dict[str, Any] = {"dtype": dtype, "device_map": placement, "trust_remote_code": trust_remote_code}
-        if attention is not None:
-            kwargs["attn_implementation"] = attention
-        if quant is not None:
-            kwargs["quantization_config"] = quant
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
-            hf = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-        except Exception as e:  # noqa: BLE001
-            if _is_oom(e):
-                raise ModelError(f"out of memory loading {label} on {device} as {dtype}: try --dtype bfloat16, "
-                                 "--device-map auto, --quantize 8bit, a smaller model, or another device") from None
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise ModelError(f"cannot load {label} ({arch}): {type(e).__name__}: {first}") from e
-        hf.eval()
-        used = getattr(hf.config, "_attn_implementation", None) or "eager"
-        note = ""
-        if attention is None and used != "sdpa":
-            import transformers
-
-            note = f"{arch} has no sdpa kernel (transformers {transformers.__version__}); runs {used}"
-        try:
-            sites = ResidualSites(hf)
-        except SiteError as e:
-            raise ModelError(f"{label} ({arch}): {e}") from None
-        embed = hf.get_input_embeddings()
-        in_device = str(embed.weight.device) if embed is not None else str(device)
-        d_model = int(embed.embedding_dim) if embed is not None else int(config.hidden_size)
-        dev_map = {str(k): str(v) for k, v in (getattr(hf, "hf_device_map", None) or {"": in_device}).items()}
-        info = ModelInfo(
-            name=name or folder.name, source=source, path=str(folder), weights_digest=weights_digest(folder),
-            architecture=arch, dtype=str(dtype).replace("torch.", ""), device=in_device, compat=compat,
-            n_layers=sites.n_layers, d_model=d_model, chat=bool(getattr(tokenizer, "chat_template", None)),
-            attention=used, attention_note=note, hooks="bridge" if compat else "forward", device_map=dev_map,
-            quantization=quantize or "none", trust_remote_code=trust_remote_code,
-        )
-
-        def boot(twin_of: PreTrainedModel = hf) -> TransformerBridge:
-            from transformer_lens.model_bridge import TransformerBridge
-
-            if compat:
-                twin = twin_of
-            else:
-                # the twin shares every parameter and buffer tensor with `hf` (its config is its own);
-                # the bridge rewires the twin's modules and runs them with eager attention
-                memo: dict[int, torch.Tensor] = {id(p): p for p in twin_of.parameters()}
-                memo.update({id(b): b for b in twin_of.buffers()})
-                twin = copy.deepcopy(twin_of, memo)
-                twin.set_attn_implementation("eager")
-            try:
-                # booted lazily, possibly inside a generate call: never make its tensors inference-only
-                with torch.inference_mode(False):
-                    bridge = TransformerBridge.boot_transformers(str(folder), hf_model=twin, tokenizer=tokenizer,
-                                                                 device=in_device, dtype=dtype)
-            except Exception as e:  # noqa: BLE001
-                raise ModelError(f"TransformerBridge cannot adapt {arch} ({type(e).__name__}: {e}); on this model only "
-                                 f"residual-stream hooks run (blocks.L.hook_resid_pre/post, {FINAL_NORM_SITE})") from None
-            if compat:
-                bridge.enable_compatibility_mode(disable_warnings=True)
-            bridge.eval()
-            return bridge
-
-        bridge = boot() if compat else None
-        return cls(hf, tokenizer, info, sites, bridge=bridge, bridge_factory=None if compat else boot)
+        got = open_folder(folder, name=name, source=source, device=device, dtype=dtype, compat=compat, attention=attention,
+                          trust_remote_code=trust_remote_code, device_map=device_map, quantize=quantize)
+        return cls(got.model, got.tokenizer, got.info, got.sites, bridge=got.bridge, bridge_factory=got.boot)
 
     @property
     def bridge(self) -> TransformerBridge:
@@ -451,7 +233,7 @@ class Runtime:
     def _new_cache() -> Cache:
         # a full cache on every layer: sliding-window layers are masked by position instead of being
         # truncated, which continue_batch needs to shift a row's cache (see the module docstring)
-        return _growing_cache()
+        return kv.growing_cache()
 
     def pad(self, prompts: Sequence[Sequence[int]]) -> tuple[Int[torch.Tensor, "batch seq"], Int[torch.Tensor, "batch seq"], list[int]]:
         """Left-pad token lists: ids [b, T], mask [b, T], and each row's offset."""
@@ -469,41 +251,18 @@ class Runtime:
             offsets.append(width - len(p))
         return ids.to(self.device), mask.to(self.device), offsets
 
-    # ------------------------------------------------------------------ generation
+    # ------------------------------------------------------------------ generation (generation.py)
+
+    #: shared prefixes whose KV caches `kv.prefix_cache` keeps (a study's stage alternates at most between its tasks')
+    PREFIXES_KEPT = 2
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sequence[Sampling], stop: StopRule = StopRule(),
                  hooks: Hooks = (), on_token: Callable[[int], None] | None = None) -> list[Generation]:
-        """Generate one continuation per prompt row; `sampling[i]` decides row i's tokens; `hooks` run at every step."""
-        import torch
+        """Generate one continuation per prompt row; `sampling[i]` decides row i's tokens; `hooks` run at every step.
 
-        if len(prompts) != len(sampling):
-            raise ValueError("one Sampling per prompt")
-        common = _common_prefix(prompts) if self.share_prefill and not hooks else 0
-        if common >= SHARED_PREFIX_MIN:
-            # every row starts with the same tokens (a few-shot protocol's examples): prefill them once, as
-            # continue_batch does; each row then generates what it would alone (tested like continue_batch)
-            return self.continue_batch(list(prompts[0][:common]), [list(p[common:]) for p in prompts], sampling, stop,
-                                       on_token=on_token)
-        ids, mask, _ = self.pad(prompts)
-        path = self._path(hooks)
-        # a prompt given several times (its greedy and sampled attempts) is prefilled once and its cache row
-        # repeated: prefilling long (few-shot) prompts is most of generation's cost, and the repeated rows are
-        # the same computation. Hooks may act per row, so a hooked call prefills every row.
-        unique, expand = _distinct_rows(prompts)
-        share = self.share_prefill and not hooks and len(unique) < len(prompts)
-        try:
-            with torch.inference_mode(), self._attached(hooks, path):
-                if share:
-                    logits, cache = self._forward(ids[unique], mask[unique], self._new_cache(), path)
-                    logits = _repeat_rows(logits, cache, expand)
-                else:
-                    logits, cache = self._forward(ids, mask, self._new_cache(), path)
-                return self._decode(logits, cache, mask, sampling, stop, path, on_token)
-        except Exception as e:  # noqa: BLE001
-            if _is_oom(e):
-                raise ModelError(f"out of memory generating a batch of {len(prompts)} on {self.device}: "
-                                 "lower --batch-size or --max-new-tokens") from None
-            raise
+            gens = rt.generate([tokens], [Sampling(temperature=0.0, seed=0)], StopRule.free_text(64))
+            gens[0].text, gens[0].stop, gens[0].entropy"""
+        return _gen.generate(self, prompts, sampling, stop, hooks, on_token)
 
     def continue_batch(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], sampling: Sequence[Sampling],
                        stop: StopRule = StopRule(), hooks: Hooks = (), prefill_hooks: Hooks = (),
@@ -515,153 +274,9 @@ class Runtime:
         too; `prefill_hooks` run while the suffixes are processed (activation patching at the cut).
         Their tensor is [rows, S, d_model] with row i's suffix in its last len(suffixes[i]) positions;
         what a prefill hook writes anywhere else is discarded."""
-        import torch
+        return _gen.continue_batch(self, prefix, suffixes, sampling, stop, hooks, prefill_hooks, on_token)
 
-        if len(suffixes) != len(sampling):
-            raise ValueError("one Sampling per suffix")
-        if not prefix or any(len(x) == 0 for x in suffixes):
-            raise ValueError("the prefix and every suffix need at least one token")
-        b = len(suffixes)
-        # a suffix given several times (a prompt's greedy and sampled attempts, an arm's continuations) is
-        # prefilled once and its rows repeated, as in generate(); hooks may act per row, so not when hooked
-        unique, expand = _distinct_rows(suffixes)
-        share = self.share_prefill and not hooks and not prefill_hooks and len(unique) < b
-        block_rows = [suffixes[u] for u in unique] if share else list(suffixes)
-        block, mask, shift = self._suffix_block(prefix, block_rows)
-        width = block.shape[1]
-        path = self._path(list(hooks) + list(prefill_hooks))
-        in_suffix = torch.zeros((b, width), dtype=torch.bool)
-        for i, s in enumerate(suffixes):
-            in_suffix[i, width - len(s):] = True
-        patch = [(name, _only_where(fn, in_suffix)) for name, fn in prefill_hooks] if any(shift) else list(prefill_hooks)
-        try:
-            with torch.inference_mode():
-                cache = self._prefix_cache(prefix, path, hooks)  # steering hooks act on the prefix too
-                _shift_rows(cache, shift)
-                with self._attached(list(hooks) + patch, path):
-                    logits, cache = self._forward(block, mask, cache, path)
-                if share:
-                    logits, mask = _repeat_rows(logits, cache, expand), mask[expand]
-                with self._attached(hooks, path):
-                    return self._decode(logits, cache, mask, sampling, stop, path, on_token)
-        except Exception as e:  # noqa: BLE001
-            if _is_oom(e):
-                raise ModelError(f"out of memory continuing {b} rows on {self.device}: use fewer continuations") from None
-            raise
-
-    #: shared prefixes whose KV caches `_prefix_cache` keeps (a study's stage alternates at most between its tasks')
-    PREFIXES_KEPT = 2
-
-    def _prefix_cache(self, prefix: Sequence[int], path: str, hooks: Hooks = ()) -> Cache:
-        """A fresh KV cache of `prefix` (batch 1). Unhooked ones are computed on first use, then copied from the
-        last PREFIXES_KEPT prefixes (the same tensors as computing it again: the same call on the same weights);
-        a hooked one is computed each time with its hooks and not kept."""
-        import torch
-
-        key = (path, tuple(prefix))
-        kept = None if hooks else self._prefixes.pop(key, None)
-        if kept is None:
-            pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
-            with torch.inference_mode(), self._attached(hooks, path):
-                _, kept = self._forward(pre_ids, torch.ones_like(pre_ids), self._new_cache(), path)
-            if hooks:
-                return kept
-        self._prefixes[key] = kept  # most recently used last
-        while len(self._prefixes) > self.PREFIXES_KEPT:
-            self._prefixes.pop(next(iter(self._prefixes)))
-        return copy.deepcopy(kept)
-
-    def _suffix_block(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]]
-                      ) -> tuple[Int[torch.Tensor, "batch width"], Int[torch.Tensor, "batch total"], list[int]]:
-        """The layout of `continue_batch` (module docstring): the block of tokens that follows a batch-1 prefix
-        cache shifted by `shift[i]` slots per row, and the attention mask over prefix and block. Prompt position
-        a >= len(prefix) of row i sits in block column a + shift[i] - len(prefix)."""
-        import torch
-
-        b, n_pre = len(suffixes), len(prefix)
-        width = max(len(s) for s in suffixes)
-        shift = [width - len(s) for s in suffixes]  # row i's padding, all of it on the left
-        rows = []
-        for s, p in zip(suffixes, shift):
-            full = list(prefix) + list(s)
-            rows.append([self.pad_id] * max(p - n_pre, 0) + full[max(n_pre - p, 0):])
-        block = torch.tensor(rows, dtype=torch.long, device=self.device)
-        mask = torch.ones((b, n_pre + width), dtype=torch.long, device=self.device)
-        for i, p in enumerate(shift):
-            mask[i, :p] = 0
-        return block, mask, shift
-
-    def _decode(self, logits: Float[torch.Tensor, "batch vocab"], cache: Cache, mask: Int[torch.Tensor, "batch total"],
-                sampling: Sequence[Sampling], stop: StopRule, path: str,
-                on_token: Callable[[int], None] | None = None) -> list[Generation]:
-        import torch
-
-        gens = [Generation() for _ in sampling]
-        rngs = [torch.Generator().manual_seed(int(s.seed)) for s in sampling]
-        active = list(range(len(sampling)))
-        while True:
-            last = logits.float().cpu()
-            logp = torch.log_softmax(last, dim=-1)
-            entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
-            keep: list[int] = []
-            for j, row in enumerate(active):
-                tok = self._pick(last[j], sampling[row], rngs[row])
-                g = gens[row]
-                g.tokens.append(tok)
-                g.entropy.append(float(entropy[j]))
-                if on_token:
-                    on_token(1)
-                if not self._check_stop(g, tok, stop):
-                    keep.append(j)
-            if not keep:
-                break
-            if len(keep) < len(active):
-                index = torch.tensor(keep, device=mask.device)
-                cache.batch_select_indices(index)
-                mask = mask[index]
-                active = [active[j] for j in keep]
-            nxt = torch.tensor([[gens[row].tokens[-1]] for row in active], dtype=torch.long, device=mask.device)
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=mask.device)], dim=1)
-            logits, cache = self._forward(nxt, mask, cache, path)
-        return gens
-
-    @staticmethod
-    def _pick(logits: Float[torch.Tensor, " vocab"], s: Sampling, rng: torch.Generator | None) -> int:
-        import torch
-
-        if s.temperature <= 0:
-            return int(torch.argmax(logits))
-        probs = torch.softmax(logits.double() / s.temperature, dim=-1)
-        cdf = torch.cumsum(probs, dim=-1)
-        u = torch.rand((), generator=rng, dtype=torch.float64) * cdf[-1]
-        return int(min(torch.searchsorted(cdf, u, right=True).item(), cdf.numel() - 1))
-
-    def _check_stop(self, g: Generation, tok: int, stop: StopRule) -> bool:
-        """Update g.text and g.stop; True when the row is finished."""
-        if stop.eos and tok in self.stop_ids:
-            g.text = self.tokenizer.decode(g.tokens[:-1], skip_special_tokens=False)
-            g.stop = "eos"
-            return True
-        g.text = self.tokenizer.decode(g.tokens, skip_special_tokens=False)
-        if stop.fence:
-            first = g.text.find(FENCE)
-            close = first if stop.open_fence else (g.text.find(FENCE, first + len(FENCE)) if first >= 0 else -1)
-            if close >= 0:
-                g.text = g.text[: close + len(FENCE)]
-                g.stop = "fence"
-                return True
-        for s in stop.strings:
-            at = g.text.find(s)
-            if at >= 0:
-                g.text = g.text[: at + len(s)]
-                g.stop = "string"
-                return True
-        if len(g.tokens) >= stop.max_new_tokens:
-            g.stop = "max_tokens"
-            return True
-        return False
-
-    # ------------------------------------------------------------------ capture
+    # ------------------------------------------------------------------ capture (capture.py)
 
     def input_embeddings(self, tokens: Sequence[int]) -> Float[np.ndarray, "tokens d_model"]:
         """The model's own input embeddings of these tokens (its embedding module, scaling included where the
@@ -673,6 +288,7 @@ class Runtime:
             ids = torch.tensor([list(tokens)], dtype=torch.long, device=emb.weight.device)
             return emb(ids)[0].float().cpu().numpy()
 
+
     def capture(self, prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
                 layers: Sequence[int] | None = None, final: str = "pre-norm") -> Float[torch.Tensor, "batch site pos d_model"]:
         """Residual stream at `positions` (per prompt, indices into its own tokens) at every site of `hook_names`.
@@ -681,91 +297,12 @@ class Runtime:
         layer n_layers the final site (`final`: pre-norm, the last block's output; post-norm, the final
         norm's output). Hooks slice the positions out as the forward pass runs, so only
         [batch, positions, d_model] per site is ever kept. Rows that share a long prefix (a few-shot
-        protocol's examples) compute it once (`_prefix_groups`, `_capture_after`): the same activations up to
-        float rounding; `share_prefill = False` runs one whole pass per prompt.
+        protocol's examples) compute it once (`kv.prefix_groups`, `capture.capture_after`): the same activations
+        up to float rounding; `share_prefill = False` runs one whole pass per prompt.
+
+            acts = rt.capture([p.tokens for p in built], [list(p.positions.values()) for p in built], layers=[0, 6, 12])
         """
-        import torch
-
-        n_pos = {len(p) for p in positions}
-        if len(n_pos) != 1:
-            raise ValueError("every prompt needs the same number of positions")
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token")
-        for pos, prompt in zip(positions, prompts):
-            if any(not 0 <= p < len(prompt) for p in pos):
-                raise ValueError(f"position out of range 0..{len(prompt) - 1}: {list(pos)}")
-        groups = _prefix_groups(prompts, positions) if self.share_prefill else [(0, list(range(len(prompts))))]
-        parts = []
-        try:
-            for common, rows in groups:
-                if common >= SHARED_PREFIX_MIN:
-                    part = self._capture_after(list(prompts[rows[0]][:common]), [list(prompts[r][common:]) for r in rows],
-                                               [[p - common for p in positions[r]] for r in rows], layers, final)
-                else:
-                    part = self._capture_whole([prompts[r] for r in rows], [positions[r] for r in rows], layers, final)
-                parts.append((rows, part))
-        except Exception as e:  # noqa: BLE001
-            if _is_oom(e):
-                raise ModelError(f"out of memory capturing a batch of {len(prompts)}: lower --batch-size") from None
-            raise
-        if len(parts) == 1 and parts[0][0] == list(range(len(prompts))):
-            return parts[0][1]
-        out = torch.empty((len(prompts), *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)
-        for rows, part in parts:
-            out[rows] = part
-        return out
-
-    def _capture_whole(self, prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
-                       layers: Sequence[int] | None, final: str) -> Float[torch.Tensor, "batch site pos d_model"]:
-        """`capture` with one forward pass over the left-padded prompts."""
-        import torch
-
-        from hooks.capture import PositionCapture
-
-        ids, mask, offsets = self.pad(prompts)
-        index = torch.tensor([[off + p for p in pos] for off, pos in zip(offsets, positions)], dtype=torch.long)
-        names = self.hook_names(layers, final)
-        cap = PositionCapture(index.to(ids.device), len(names))
-        fwd_hooks = self._capture_hooks(cap, names)
-        pos_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        path = self._path(fwd_hooks)
-        with torch.inference_mode():
-            if path == "bridge":
-                self.bridge.run_with_hooks(ids, fwd_hooks=fwd_hooks, attention_mask=mask, position_ids=pos_ids,
-                                           return_type=None, logits_to_keep=1)
-            else:
-                extra = {"logits_to_keep": 1} if self._logits_to_keep else {}
-                with self.sites.attached(fwd_hooks):
-                    self.model(input_ids=ids, attention_mask=mask, position_ids=pos_ids, use_cache=False, **extra)
-        return cap.result()
-
-    def _capture_after(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
-                       layers: Sequence[int] | None, final: str) -> Float[torch.Tensor, "batch site pos d_model"]:
-        """`capture` of `prefix + suffixes[i]` at `positions[i]` (indices into the suffix): the shared prefix is
-        computed once into a KV cache, unhooked (no captured position lies in it), and the suffixes run on it with
-        the capture hooks, laid out as `continue_batch` lays them out. The same activations as one pass per prompt
-        up to float rounding (tests/interp/test_runtime.py bounds it on every architecture)."""
-        import torch
-
-        from hooks.capture import PositionCapture
-
-        block, mask, shift = self._suffix_block(prefix, suffixes)
-        index = torch.tensor([[p + s for p in pos] for pos, s in zip(positions, shift)], dtype=torch.long)
-        names = self.hook_names(layers, final)
-        cap = PositionCapture(index.to(block.device), len(names))
-        fwd_hooks = self._capture_hooks(cap, names)
-        path = self._path(fwd_hooks)
-        with torch.inference_mode():
-            cache = self._prefix_cache(prefix, path)
-            _shift_rows(cache, shift)
-            with self._attached(fwd_hooks, path):
-                self._forward(block, mask, cache, path)
-        return cap.result()
-
-    def _capture_hooks(self, cap: Any, names: Sequence[str]) -> list[tuple[str, Callable[..., Any]]]:
-        grouped = self.canonical_hooks(names)
-        site_of = {n: i for i, n in enumerate(names)}
-        return [(canon, cap.hook([site_of[a] for a in aliases])) for canon, aliases in grouped.items()]
+        return _capture.capture(self, prompts, positions, layers, final)
 
     # ------------------------------------------------------------------ forward, cache, patching (forward.py, patching.py)
 
@@ -864,173 +401,6 @@ class Runtime:
         return cap.result()
 
 
-def _only_where(fn: Callable[..., Any], where: Bool[torch.Tensor, "rows seq"]) -> Callable[..., Any]:
-    """Wrap a prefill hook so that it changes only the positions where `where` ([rows, S]) is True."""
-
-    def hook(act: torch.Tensor, hook: object = None) -> torch.Tensor:
-        import torch
-
-        if act.dim() < 2 or tuple(act.shape[:2]) != tuple(where.shape):
-            return fn(act, hook=hook)  # not a [rows, S, ...] tensor: nothing to restrict by position
-        before = act.clone()
-        out = fn(act, hook=hook)
-        out = act if out is None else out
-        keep = where.to(out.device).reshape(tuple(where.shape) + (1,) * (out.dim() - 2))
-        return torch.where(keep, out, before)
-
-    return hook
-
-
-#: generate() prefills a prefix shared by every row once when it is at least this long (shorter ones save little)
-SHARED_PREFIX_MIN = 64
-
-
-def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
-    """Tokens every prompt starts with, leaving each prompt at least one token of its own."""
-    if len(prompts) < 2:
-        return 0
-    n = min(len(p) for p in prompts) - 1
-    first = prompts[0]
-    for i in range(max(n, 0)):
-        t = first[i]
-        if any(p[i] != t for p in prompts):
-            return i
-    return max(n, 0)
-
-
-def _prefix_groups(prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]]) -> list[tuple[int, list[int]]]:
-    """Rows of a capture batch grouped to share a prefix: [(common, rows)], each group's rows starting with the same
-    `common` tokens, all of them before the group's first captured position (common 0: no sharing). The grouping
-    computes the fewest tokens: prompts sorted, a run's common prefix is the smallest common prefix of neighbours,
-    and a run is split at those neighbours when its parts, each with its own prefix, cost fewer tokens."""
-    def shareable(r: int) -> int:  # never a captured position (nor the last token: a suffix has one at least)
-        return min([len(prompts[r]) - 1, *positions[r]])
-
-    alone = [r for r in range(len(prompts)) if shareable(r) < SHARED_PREFIX_MIN]
-    order = sorted((r for r in range(len(prompts)) if shareable(r) >= SHARED_PREFIX_MIN), key=lambda r: tuple(prompts[r]))
-
-    cap = [shareable(r) for r in order]
-    # _common_prefix keeps a token of each prompt back, which the caps (<= len - 1) already do
-    near = [min(_common_prefix([prompts[a], prompts[b]]), cap[i], cap[i + 1]) for i, (a, b) in enumerate(zip(order, order[1:]))]
-
-    def best(lo: int, hi: int) -> tuple[int, list[tuple[int, list[int]]]]:  # rows order[lo:hi]
-        rows = order[lo:hi]
-        common = min(near[lo:hi - 1]) if hi - lo > 1 else 0
-        common = common if common >= SHARED_PREFIX_MIN else 0
-        whole = common + sum(len(prompts[r]) - common for r in rows)
-        if hi - lo == 1 or min(near[lo:hi - 1]) == max(near[lo:hi - 1]):
-            return whole, [(common, rows)]
-        low = min(near[lo:hi - 1])
-        cuts = [lo] + [i + 1 for i in range(lo, hi - 1) if near[i] == low] + [hi]
-        split = [best(a, b) for a, b in zip(cuts, cuts[1:])]
-        cost = sum(c for c, _ in split)
-        if cost < whole:
-            return cost, [g for _, gs in split for g in gs]
-        return whole, [(common, rows)]
-
-    return (best(0, len(order))[1] if order else []) + ([(0, alone)] if alone else [])
-
-
-def _distinct_rows(rows: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
-    """The first index of each distinct row, in order, and for every row the position of its first copy among
-    them: `rows[i] == rows[unique[expand[i]]]` (a prompt or suffix given several times is computed once)."""
-    first: dict[tuple[int, ...], int] = {}
-    expand = [first.setdefault(tuple(r), len(first)) for r in rows]
-    unique: list[int] = []
-    for i, k in enumerate(expand):
-        if k == len(unique):  # a row's first copy: the copies are numbered in the order they first appear
-            unique.append(i)
-    return unique, expand
-
-
-def _repeat_rows(logits: Float[torch.Tensor, "distinct vocab"], cache: Cache, expand: list[int]
-                 ) -> Float[torch.Tensor, "batch vocab"]:
-    """Logits and cache rows of the distinct rows repeated back to every row (`_distinct_rows`)."""
-    import torch
-
-    index = torch.tensor(expand, device=logits.device)
-    cache.batch_select_indices(index)
-    return logits[index]
-
-
-def _growing_cache() -> Cache:
-    return _growing_cache_class()()
-
-
-@functools.cache
-def _growing_cache_class() -> type:
-    """The class of `_growing_cache`: a DynamicCache whose layers append each step's keys and values into buffers with spare room.
-
-    DynamicLayer concatenates the whole cache with each new token: on a CPU that copy was 57% of a decode step
-    (torch.profiler, SmolLM2, 8 rows, ~1,000 tokens of context, 40 steps: 34.8 s, then 17.8 s with this cache).
-    Here a layer writes the new states
-    into its buffer and hands attention a view of the filled part: the same keys and values, so the same
-    logits. Whoever replaces `keys`/`values` (batch_select_indices, `_shift_rows`, a deepcopy) leaves a tensor
-    that is no longer a view of the buffer; the next update notices and copies it into a new buffer."""
-    import torch
-    from transformers import DynamicCache
-    from transformers.cache_utils import Cache as BaseCache, DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        _kbuf: torch.Tensor | None = None
-        _vbuf: torch.Tensor | None = None
-
-        def _is_view(self) -> bool:
-            k, buf = self.keys, self._kbuf
-            return (buf is not None and k is not None and k.numel() > 0 and k.data_ptr() == buf.data_ptr()
-                    and k.shape[:2] == buf.shape[:2] and k.shape[-1] == buf.shape[-1] and k.stride() == buf.stride()
-                    and self.values.data_ptr() == self._vbuf.data_ptr() and self.values.shape == k.shape)
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            n_old = self.keys.shape[-2] if self.keys.numel() else 0
-            n_new = n_old + key_states.shape[-2]
-            if not self._is_view() or self._kbuf.shape[-2] < n_new:
-                cap = n_new + max(64, n_new // 2)  # room for the next tokens: a copy every ~n/2 steps, not every one
-                b, h, _, d = key_states.shape
-                kbuf = key_states.new_empty((b, h, cap, d))
-                vbuf = value_states.new_empty((b, h, cap, value_states.shape[-1]))
-                if n_old:
-                    kbuf[:, :, :n_old] = self.keys
-                    vbuf[:, :, :n_old] = self.values
-                self._kbuf, self._vbuf = kbuf, vbuf
-            self._kbuf[:, :, n_old:n_new] = key_states
-            self._vbuf[:, :, n_old:n_new] = value_states
-            self.keys, self.values = self._kbuf[:, :, :n_new], self._vbuf[:, :, :n_new]
-            return self.keys, self.values
-
-    class GrowingCache(DynamicCache):
-        def __init__(self) -> None:
-            BaseCache.__init__(self, layer_class_to_replicate=GrowingLayer)
-
-    return GrowingCache
-
-
-def _shift_rows(cache: Cache, shift: Sequence[int]) -> None:
-    """Repeat a batch-1 prefix cache for len(shift) rows, row i moved right by shift[i] slots (zeros on the left)."""
-    b = len(shift)
-    layers = getattr(cache, "layers", None)
-    if layers is None:
-        if any(shift):
-            raise ModelError(f"cannot lay out suffixes of different lengths in a {type(cache).__name__}")
-        cache.batch_repeat_interleave(b)
-        return
-    for layer in layers:
-        if "Sliding" in type(layer).__name__:
-            raise ModelError("a sliding-window cache layer cannot be shifted; the runtime passes a full DynamicCache")
-        if getattr(layer, "keys", None) is None or not getattr(layer, "is_initialized", True):
-            continue
-        for attr in ("keys", "values"):
-            t = getattr(layer, attr)  # [1, heads, prefix, head_dim]
-            n = t.shape[-2]
-            out = t.new_zeros((b, *t.shape[1:]))
-            for i, p in enumerate(shift):
-                if p < n:
-                    out[i, :, p:, :] = t[0, :, : n - p, :]
-            setattr(layer, attr, out)
-
 
 def evaluate_organism(folder: Path, data: Any, batch: int = 50) -> dict[str, Any]:
     """A freshly trained organism's held-out accuracy (its training record's "eval"): greedy answers to every held-out
@@ -1058,9 +428,6 @@ def evaluate_organism(folder: Path, data: Any, batch: int = 50) -> dict[str, Any
 
 
 
-#: the stop rule for free text: EOS or end of turn, or 256 tokens; never a code fence
-FREE_TEXT = StopRule.free_text()
-
 
 def describe(rt: Runtime) -> str:
     i = rt.info
@@ -1070,5 +437,7 @@ def describe(rt: Runtime) -> str:
     return f"{i.name} ({i.architecture}, {i.n_layers} layers, d_model {i.d_model}, {i.dtype} on {i.device}{extra})"
 
 
-__all__ = ["FINAL_SITES", "Generation", "ModelInfo", "Runtime", "Sampling", "StopRule", "describe", "evaluate_organism",
-           "remote_code", "plain_prompt", "PlainPrompt", "FREE_TEXT"]
+
+__all__ = ["END_TOKENS", "FENCE", "FINAL_SITES", "FREE_TEXT", "Generation", "ModelInfo", "PlainPrompt", "QUANTIZE",
+           "Runtime", "Sampling", "StopRule", "describe", "evaluate_organism", "plain_prompt", "remote_code",
+           "weights_digest"]

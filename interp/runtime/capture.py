@@ -13,7 +13,17 @@ rule for free text: end of turn/EOS or the token cap, no code fence.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from interp.models import ModelError
+from interp.runtime import kv
+from interp.runtime.load import _is_oom
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
+
+    from interp.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -76,3 +86,102 @@ def plain_prompt(tokenizer: Any, text: str, positions: Mapping[str, str | int] |
 
 
 __all__ = ["PlainPrompt", "plain_prompt"]
+
+
+# ------------------------------------------------------------------ residual capture (Runtime.capture)
+
+def capture(rt: Runtime, prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
+            layers: Sequence[int] | None = None, final: str = "pre-norm") -> Float[torch.Tensor, "batch site pos d_model"]:
+    """Residual stream at `positions` (per prompt, indices into its own tokens) at every site of `hook_names`.
+
+    Returns float32 [batch, n_sites, n_positions, d_model]: resid_pre of each block in `layers`, and for
+    layer n_layers the final site (`final`: pre-norm, the last block's output; post-norm, the final
+    norm's output). Hooks slice the positions out as the forward pass runs, so only
+    [batch, positions, d_model] per site is ever kept. Rows that share a long prefix (a few-shot
+    protocol's examples) compute it once (`_prefix_groups`, `_capture_after`): the same activations up to
+    float rounding; `share_prefill = False` runs one whole pass per prompt.
+    """
+    import torch
+
+    n_pos = {len(p) for p in positions}
+    if len(n_pos) != 1:
+        raise ValueError("every prompt needs the same number of positions")
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    for pos, prompt in zip(positions, prompts):
+        if any(not 0 <= p < len(prompt) for p in pos):
+            raise ValueError(f"position out of range 0..{len(prompt) - 1}: {list(pos)}")
+    groups = kv.prefix_groups(prompts, positions) if rt.share_prefill else [(0, list(range(len(prompts))))]
+    parts = []
+    try:
+        for common, rows in groups:
+            if common >= kv.SHARED_PREFIX_MIN:
+                part = capture_after(rt, list(prompts[rows[0]][:common]), [list(prompts[r][common:]) for r in rows],
+                                           [[p - common for p in positions[r]] for r in rows], layers, final)
+            else:
+                part = capture_whole(rt, [prompts[r] for r in rows], [positions[r] for r in rows], layers, final)
+            parts.append((rows, part))
+    except Exception as e:  # noqa: BLE001
+        if _is_oom(e):
+            raise ModelError(f"out of memory capturing a batch of {len(prompts)}: lower --batch-size") from None
+        raise
+    if len(parts) == 1 and parts[0][0] == list(range(len(prompts))):
+        return parts[0][1]
+    out = torch.empty((len(prompts), *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)
+    for rows, part in parts:
+        out[rows] = part
+    return out
+
+def capture_whole(rt: Runtime, prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
+                   layers: Sequence[int] | None, final: str) -> Float[torch.Tensor, "batch site pos d_model"]:
+    """`capture` with one forward pass over the left-padded prompts."""
+    import torch
+
+    from hooks.capture import PositionCapture
+
+    ids, mask, offsets = rt.pad(prompts)
+    index = torch.tensor([[off + p for p in pos] for off, pos in zip(offsets, positions)], dtype=torch.long)
+    names = rt.hook_names(layers, final)
+    cap = PositionCapture(index.to(ids.device), len(names))
+    fwd_hooks = capture_hooks(rt, cap, names)
+    pos_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    path = rt._path(fwd_hooks)
+    with torch.inference_mode():
+        if path == "bridge":
+            rt.bridge.run_with_hooks(ids, fwd_hooks=fwd_hooks, attention_mask=mask, position_ids=pos_ids,
+                                       return_type=None, logits_to_keep=1)
+        else:
+            extra = {"logits_to_keep": 1} if rt._logits_to_keep else {}
+            with rt.sites.attached(fwd_hooks):
+                rt.model(input_ids=ids, attention_mask=mask, position_ids=pos_ids, use_cache=False, **extra)
+    return cap.result()
+
+def capture_after(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
+                   layers: Sequence[int] | None, final: str) -> Float[torch.Tensor, "batch site pos d_model"]:
+    """`capture` of `prefix + suffixes[i]` at `positions[i]` (indices into the suffix): the shared prefix is
+    computed once into a KV cache, unhooked (no captured position lies in it), and the suffixes run on it with
+    the capture hooks, laid out as `continue_batch` lays them out. The same activations as one pass per prompt
+    up to float rounding (tests/interp/test_runtime.py bounds it on every architecture)."""
+    import torch
+
+    from hooks.capture import PositionCapture
+
+    block, mask, shift = kv.suffix_block(rt, prefix, suffixes)
+    index = torch.tensor([[p + s for p in pos] for pos, s in zip(positions, shift)], dtype=torch.long)
+    names = rt.hook_names(layers, final)
+    cap = PositionCapture(index.to(block.device), len(names))
+    fwd_hooks = capture_hooks(rt, cap, names)
+    path = rt._path(fwd_hooks)
+    with torch.inference_mode():
+        cache = kv.prefix_cache(rt, prefix, path)
+        kv.shift_rows(cache, shift)
+        with rt._attached(fwd_hooks, path):
+            rt._forward(block, mask, cache, path)
+    return cap.result()
+
+def capture_hooks(rt: Runtime, cap: Any, names: Sequence[str]) -> list[tuple[str, Callable[..., Any]]]:
+    grouped = rt.canonical_hooks(names)
+    site_of = {n: i for i, n in enumerate(names)}
+    return [(canon, cap.hook([site_of[a] for a in aliases])) for canon, aliases in grouped.items()]
+
+# ------------------------------------------------------------------ forward, cache, patching (forward.py, patching.py)

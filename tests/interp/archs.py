@@ -184,7 +184,7 @@ def check_architecture(arch: str, dtype: str, folder: Path, device: str = "cpu",
 
     # capture with a shared prefix (a few-shot protocol's examples, computed once into a shifted KV cache) == the
     # model's hidden states of each whole prompt; a row with a captured position inside the prefix runs whole
-    from interp.runtime import SHARED_PREFIX_MIN, _prefix_groups
+    from interp.runtime.kv import SHARED_PREFIX_MIN, prefix_groups as _prefix_groups
 
     prefix = (prompts[0] * 8)[:SHARED_PREFIX_MIN + 6]
     rows = [prefix + prompts[1][:k] for k in (2, 5, 9)] + [prefix + prompts[0][:4]]

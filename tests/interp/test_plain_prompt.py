@@ -4,6 +4,7 @@ in the raw text or inside the chat template, refused in one sentence when absent
 import pytest
 
 from interp.runtime import FREE_TEXT, Generation, StopRule, plain_prompt
+from interp.runtime.generation import check_stop
 
 TEXT = "Draw the flag of Germany. A cat sitting on a mat."
 
@@ -52,7 +53,7 @@ def test_free_text_does_not_stop_at_a_code_fence(tiny):
     text = "Here:\n```python\nx = 1\n```\nand more words"
     toks = tiny.tokenizer(text, add_special_tokens=False)["input_ids"]
     fenced, free = Generation(tokens=list(toks)), Generation(tokens=list(toks))
-    assert tiny._check_stop(fenced, toks[-1], StopRule())  # the canvas default cuts at the closing fence
+    assert check_stop(tiny, fenced, toks[-1], StopRule())  # the canvas default cuts at the closing fence
     assert fenced.stop == "fence" and fenced.text.endswith("```")
-    assert not tiny._check_stop(free, toks[-1], FREE_TEXT) and free.text == text
+    assert not check_stop(tiny, free, toks[-1], FREE_TEXT) and free.text == text
     assert StopRule.free_text(32, ("\n\n",)) == StopRule(max_new_tokens=32, eos=True, fence=False, strings=("\n\n",))

@@ -72,7 +72,7 @@ def test_capture_with_the_shared_examples_equals_one_pass_per_prompt(real):
     """The study's capture: a batch of few-shot prompts (translation and layout, each task with its own worked
     examples) computes each task's examples once; every site and position equals one whole pass per prompt up to
     float rounding (relative to the activations' scale: real residual streams reach hundreds)."""
-    from interp.runtime import SHARED_PREFIX_MIN, _prefix_groups
+    from interp.runtime.kv import SHARED_PREFIX_MIN, prefix_groups as _prefix_groups
 
     proto = Protocol("few-shot", 2) if real.info.chat else Protocol("completion", 2)
     items = translation_items(["s000", "s001", "s002"]) + [ITEM, PromptItem("h", "layout", "Draw a house.", "a house")]

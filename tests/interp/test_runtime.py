@@ -57,7 +57,7 @@ def test_shared_prefill_generates_what_each_row_would_alone(tiny):
     """generate() prefills a prompt given several times once, and a prefix every row shares (a few-shot
     protocol's examples) once: each row's tokens are what it generates alone, greedy and sampled, and the same
     as with sharing off; the entropies agree to rounding."""
-    from interp.runtime import SHARED_PREFIX_MIN, _common_prefix
+    from interp.runtime.kv import SHARED_PREFIX_MIN, common_prefix as _common_prefix
 
     shots = Protocol("few-shot", shots=2)
     bp = [b.tokens for b in prompts(tiny, shots)]
@@ -167,11 +167,12 @@ def test_stop_rules(tiny):
 
     def check(text_so_far, rule, eos=False):
         from interp.runtime import Generation
+        from interp.runtime.generation import check_stop
 
         g = Generation(tokens=tok(text_so_far, add_special_tokens=False)["input_ids"])
         if eos:
             g.tokens.append(tok.eos_token_id)
-        done = rt._check_stop(g, g.tokens[-1], rule)
+        done = check_stop(rt, g, g.tokens[-1], rule)
         return done, g.stop, g.text
 
     assert check("```python\nfill('red')\n```\nThat is", StopRule()) == (True, "fence", "```python\nfill('red')\n```")
@@ -341,13 +342,13 @@ def test_forward_hook_names_aliases_and_none(tiny):
 
 def test_the_growing_cache_holds_what_concatenation_holds():
     """The decode loop's cache writes each step into spare room instead of concatenating the whole cache: after
-    prefills, single steps, rows dropped, a deepcopy and rows replaced from outside (as `_shift_rows` does), every
+    prefills, single steps, rows dropped, a deepcopy and rows replaced from outside (as `kv.shift_rows` does), every
     layer holds exactly the tensors DynamicCache's concatenation holds, and a step returns them."""
     import copy
 
     from transformers import DynamicCache
 
-    from interp.runtime import _growing_cache
+    from interp.runtime.kv import growing_cache as _growing_cache
 
     g = torch.Generator().manual_seed(0)
     mine, ref = _growing_cache(), DynamicCache()

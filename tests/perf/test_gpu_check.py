@@ -125,10 +125,10 @@ def test_continuation_check_fails_when_the_cache_is_not_shifted(tmp_path, monkey
     assert gc.window_of(rt) == WINDOW
     [row] = gc.check_continuation(rt, "tiny-gemma3", SMALL)
     assert row.status == "pass", row.result
-    import interp.runtime
+    from interp.runtime import kv
 
-    real = interp.runtime._shift_rows
-    monkeypatch.setattr(interp.runtime, "_shift_rows", lambda cache, shift: real(cache, [0] * len(shift)))  # padding inside the window
+    real = kv.shift_rows
+    monkeypatch.setattr(kv, "shift_rows", lambda cache, shift: real(cache, [0] * len(shift)))  # padding inside the window
     [row] = gc.check_continuation(rt, "tiny-gemma3", SMALL)
     assert row.status == "fail"
 

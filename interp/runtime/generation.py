@@ -1,0 +1,231 @@
+"""The generation loop: `generate` and `continue_batch` (the runtime's methods of those names call these).
+
+A hand-written decode loop: left padding with an attention mask and explicit position ids, a full KV cache
+(`kv.growing_cache`), finished rows dropped from the batch (and from the cache). Each row has its own seed:
+greedy rows take the argmax; sampled rows draw one uniform number per step from their own `torch.Generator` and
+invert the CDF of the temperature-scaled distribution, so a row's tokens do not depend on what else is in its
+batch. `continue_batch` computes a shared prefix once (`kv.prefix_cache`) and lays the suffixes out with all
+padding on the left (`kv.suffix_block`, `kv.shift_rows`); the runtime's module docstring says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from interp.models import ModelError
+from interp.runtime import kv
+from interp.runtime.load import _is_oom
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Bool, Float, Int
+    from transformers import Cache
+
+    from interp.runtime import Hooks, Runtime
+
+#: Extra end-of-turn tokens that stop generation when present in the vocabulary.
+END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>", "<|end|>")
+FENCE = "```"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How one attempt picks tokens: temperature 0 is greedy; the seed drives the row's own generator."""
+
+    temperature: float = 0.0  #: 0 = greedy (argmax); > 0 samples from softmax(logits / temperature)
+    seed: int = 0  #: seed of the row's own torch.Generator
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a row stops generating."""
+
+    max_new_tokens: int = 384  #: hard cap on generated tokens
+    eos: bool = True  #: stop at EOS or an end-of-turn token
+    fence: bool = True  #: stop at the ``` that closes the program's code block
+    open_fence: bool = False  #: the prompt already opened the block, so the first ``` closes it
+    strings: tuple[str, ...] = ()  #: custom stop strings (the text is cut after the first one found)
+
+    @classmethod
+    def free_text(cls, max_new_tokens: int = 256, strings: tuple[str, ...] = ()) -> "StopRule":
+        """The preset for free text (a plain prompt, no program): EOS/end of turn, `strings` or the cap; no fence."""
+        return cls(max_new_tokens=max_new_tokens, eos=True, fence=False, strings=tuple(strings))
+
+
+@dataclass
+class Generation:
+    tokens: list[int] = field(default_factory=list)  #: generated ids (a final EOS included)
+    entropy: list[float] = field(default_factory=list)  #: nats, one per generated token
+    text: str = ""  #: decoded text (no EOS; cut after a stop string or closing fence)
+    stop: str = ""  #: eos | fence | string | max_tokens
+
+
+def generate(rt: Runtime, prompts: Sequence[Sequence[int]], sampling: Sequence[Sampling], stop: StopRule = StopRule(),
+             hooks: Hooks = (), on_token: Callable[[int], None] | None = None) -> list[Generation]:
+    """Generate one continuation per prompt row; `sampling[i]` decides row i's tokens; `hooks` run at every step."""
+    import torch
+
+    if len(prompts) != len(sampling):
+        raise ValueError("one Sampling per prompt")
+    common = kv.common_prefix(prompts) if rt.share_prefill and not hooks else 0
+    if common >= kv.SHARED_PREFIX_MIN:
+        # every row starts with the same tokens (a few-shot protocol's examples): prefill them once, as
+        # continue_batch does; each row then generates what it would alone (tested like continue_batch)
+        return continue_batch(rt, list(prompts[0][:common]), [list(p[common:]) for p in prompts], sampling, stop,
+                                   on_token=on_token)
+    ids, mask, _ = rt.pad(prompts)
+    path = rt._path(hooks)
+    # a prompt given several times (its greedy and sampled attempts) is prefilled once and its cache row
+    # repeated: prefilling long (few-shot) prompts is most of generation's cost, and the repeated rows are
+    # the same computation. Hooks may act per row, so a hooked call prefills every row.
+    unique, expand = kv.distinct_rows(prompts)
+    share = rt.share_prefill and not hooks and len(unique) < len(prompts)
+    try:
+        with torch.inference_mode(), rt._attached(hooks, path):
+            if share:
+                logits, cache = rt._forward(ids[unique], mask[unique], rt._new_cache(), path)
+                logits = kv.repeat_rows(logits, cache, expand)
+            else:
+                logits, cache = rt._forward(ids, mask, rt._new_cache(), path)
+            return decode(rt, logits, cache, mask, sampling, stop, path, on_token)
+    except Exception as e:  # noqa: BLE001
+        if _is_oom(e):
+            raise ModelError(f"out of memory generating a batch of {len(prompts)} on {rt.device}: "
+                             "lower --batch-size or --max-new-tokens") from None
+        raise
+
+def continue_batch(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], sampling: Sequence[Sampling],
+                   stop: StopRule = StopRule(), hooks: Hooks = (), prefill_hooks: Hooks = (),
+                   on_token: Callable[[int], None] | None = None) -> list[Generation]:
+    """Continue `prefix + suffixes[i]` for every row, computing the shared prefix once.
+
+    Row i generates exactly what `generate([prefix + suffixes[i]])` would (tested on every
+    architecture, sliding windows included). `hooks` run at every step (steering), on the prefix
+    too; `prefill_hooks` run while the suffixes are processed (activation patching at the cut).
+    Their tensor is [rows, S, d_model] with row i's suffix in its last len(suffixes[i]) positions;
+    what a prefill hook writes anywhere else is discarded."""
+    import torch
+
+    if len(suffixes) != len(sampling):
+        raise ValueError("one Sampling per suffix")
+    if not prefix or any(len(x) == 0 for x in suffixes):
+        raise ValueError("the prefix and every suffix need at least one token")
+    b = len(suffixes)
+    # a suffix given several times (a prompt's greedy and sampled attempts, an arm's continuations) is
+    # prefilled once and its rows repeated, as in generate(); hooks may act per row, so not when hooked
+    unique, expand = kv.distinct_rows(suffixes)
+    share = rt.share_prefill and not hooks and not prefill_hooks and len(unique) < b
+    block_rows = [suffixes[u] for u in unique] if share else list(suffixes)
+    block, mask, shift = kv.suffix_block(rt, prefix, block_rows)
+    width = block.shape[1]
+    path = rt._path(list(hooks) + list(prefill_hooks))
+    in_suffix = torch.zeros((b, width), dtype=torch.bool)
+    for i, s in enumerate(suffixes):
+        in_suffix[i, width - len(s):] = True
+    patch = [(name, only_where(fn, in_suffix)) for name, fn in prefill_hooks] if any(shift) else list(prefill_hooks)
+    try:
+        with torch.inference_mode():
+            cache = kv.prefix_cache(rt, prefix, path, hooks)  # steering hooks act on the prefix too
+            kv.shift_rows(cache, shift)
+            with rt._attached(list(hooks) + patch, path):
+                logits, cache = rt._forward(block, mask, cache, path)
+            if share:
+                logits, mask = kv.repeat_rows(logits, cache, expand), mask[expand]
+            with rt._attached(hooks, path):
+                return decode(rt, logits, cache, mask, sampling, stop, path, on_token)
+    except Exception as e:  # noqa: BLE001
+        if _is_oom(e):
+            raise ModelError(f"out of memory continuing {b} rows on {rt.device}: use fewer continuations") from None
+        raise
+
+
+def decode(rt: Runtime, logits: Float[torch.Tensor, "batch vocab"], cache: Cache, mask: Int[torch.Tensor, "batch total"],
+            sampling: Sequence[Sampling], stop: StopRule, path: str,
+            on_token: Callable[[int], None] | None = None) -> list[Generation]:
+    import torch
+
+    gens = [Generation() for _ in sampling]
+    rngs = [torch.Generator().manual_seed(int(s.seed)) for s in sampling]
+    active = list(range(len(sampling)))
+    while True:
+        last = logits.float().cpu()
+        logp = torch.log_softmax(last, dim=-1)
+        entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
+        keep: list[int] = []
+        for j, row in enumerate(active):
+            tok = pick(last[j], sampling[row], rngs[row])
+            g = gens[row]
+            g.tokens.append(tok)
+            g.entropy.append(float(entropy[j]))
+            if on_token:
+                on_token(1)
+            if not check_stop(rt, g, tok, stop):
+                keep.append(j)
+        if not keep:
+            break
+        if len(keep) < len(active):
+            index = torch.tensor(keep, device=mask.device)
+            cache.batch_select_indices(index)
+            mask = mask[index]
+            active = [active[j] for j in keep]
+        nxt = torch.tensor([[gens[row].tokens[-1]] for row in active], dtype=torch.long, device=mask.device)
+        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=mask.device)], dim=1)
+        logits, cache = rt._forward(nxt, mask, cache, path)
+    return gens
+
+def pick(logits: Float[torch.Tensor, " vocab"], s: Sampling, rng: torch.Generator | None) -> int:
+    import torch
+
+    if s.temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.double() / s.temperature, dim=-1)
+    cdf = torch.cumsum(probs, dim=-1)
+    u = torch.rand((), generator=rng, dtype=torch.float64) * cdf[-1]
+    return int(min(torch.searchsorted(cdf, u, right=True).item(), cdf.numel() - 1))
+
+def check_stop(rt: Runtime, g: Generation, tok: int, stop: StopRule) -> bool:
+    """Update g.text and g.stop; True when the row is finished."""
+    if stop.eos and tok in rt.stop_ids:
+        g.text = rt.tokenizer.decode(g.tokens[:-1], skip_special_tokens=False)
+        g.stop = "eos"
+        return True
+    g.text = rt.tokenizer.decode(g.tokens, skip_special_tokens=False)
+    if stop.fence:
+        first = g.text.find(FENCE)
+        close = first if stop.open_fence else (g.text.find(FENCE, first + len(FENCE)) if first >= 0 else -1)
+        if close >= 0:
+            g.text = g.text[: close + len(FENCE)]
+            g.stop = "fence"
+            return True
+    for s in stop.strings:
+        at = g.text.find(s)
+        if at >= 0:
+            g.text = g.text[: at + len(s)]
+            g.stop = "string"
+            return True
+    if len(g.tokens) >= stop.max_new_tokens:
+        g.stop = "max_tokens"
+        return True
+    return False
+
+
+def only_where(fn: Callable[..., Any], where: Bool[torch.Tensor, "rows seq"]) -> Callable[..., Any]:
+    """Wrap a prefill hook so that it changes only the positions where `where` ([rows, S]) is True."""
+
+    def hook(act: torch.Tensor, hook: object = None) -> torch.Tensor:
+        import torch
+
+        if act.dim() < 2 or tuple(act.shape[:2]) != tuple(where.shape):
+            return fn(act, hook=hook)  # not a [rows, S, ...] tensor: nothing to restrict by position
+        before = act.clone()
+        out = fn(act, hook=hook)
+        out = act if out is None else out
+        keep = where.to(out.device).reshape(tuple(where.shape) + (1,) * (out.dim() - 2))
+        return torch.where(keep, out, before)
+
+    return hook
+
+
+#: the stop rule for free text: EOS or end of turn, or 256 tokens; never a code fence
+FREE_TEXT = StopRule.free_text()
