@@ -16,6 +16,7 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -131,10 +132,17 @@ def ensure_folder(name: str, progress: bool = True, evaluate: Callable[..., Any]
         del hf.config.quantization_config
     hf.hf_quantizer = None
     hf.is_quantized = False
-    tmp = out.with_name(out.name + ".partial")
-    tmp.mkdir(parents=True, exist_ok=True)
+    # a folder of this process's own: two processes converting at once (two studies, parallel test workers) never
+    # write into one folder, and the first to finish publishes its copy
+    tmp = out.with_name(f"{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     hf.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    if not out.exists():
-        tmp.replace(out)  # atomic: a killed conversion leaves only the .partial folder behind
+    try:
+        tmp.replace(out)  # atomic: a killed conversion leaves only its .partial folder behind
+    except OSError:
+        if not (out / "model.safetensors").is_file():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # another process published the same conversion first
     return out

@@ -51,3 +51,42 @@ def test_a_gguf_folder_is_searched_first_by_file_name(tmp_path, monkeypatch):
             gguf_path(model)
     else:
         assert gguf_path(model).parent != tmp_path
+
+
+def test_two_conversions_at_once_never_share_a_folder(tmp_path, monkeypatch):
+    """Two processes converting the same GGUF at once (two studies, parallel test workers): each writes a folder of its
+    own, and the one that finishes second keeps the first one's published folder and removes its own. Before, both
+    wrote into one `.partial` folder, which the first renamed away under the second (FileNotFoundError), or a
+    `.partial` was left behind."""
+    import transformers
+
+    from interp import models as m
+
+    model = EMBEDDED["smollm2-135m-instruct"]
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / model.gguf).write_bytes(b"GGUF not really")
+    monkeypatch.setenv("AMBENCH_GGUF_DIR", str(tmp_path / "gguf"))
+    monkeypatch.setenv("AMBENCH_CACHE", str(tmp_path / "cache"))
+    out = m.cache_dir() / f"{model.name}-{m.file_digest(tmp_path / 'gguf' / model.gguf)}-f32"
+
+    class Saved:
+        config = type("Config", (), {})()
+        hf_quantizer = None
+        is_quantized = False
+
+        def __init__(self, other_finishes_now=False):
+            self.other = other_finishes_now
+
+        def save_pretrained(self, folder):
+            (folder / "config.json").write_text("{}")
+            (folder / "model.safetensors").write_bytes(b"mine")
+            if self.other:  # the other process publishes its conversion while this one still writes
+                out.mkdir(parents=True)
+                (out / "config.json").write_text("{}")
+                (out / "model.safetensors").write_bytes(b"theirs")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Saved())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: Saved(True))
+    assert ensure_folder(model.name) == out
+    assert (out / "model.safetensors").read_bytes() == b"theirs"
+    assert not [p.name for p in out.parent.iterdir() if ".partial" in p.name]  # nothing of its own left behind
