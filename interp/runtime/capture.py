@@ -92,15 +92,8 @@ __all__ = ["PlainPrompt", "plain_prompt"]
 
 def capture(rt: Runtime, prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
             layers: Sequence[int] | None = None, final: str = "pre-norm") -> Float[torch.Tensor, "batch site pos d_model"]:
-    """Residual stream at `positions` (per prompt, indices into its own tokens) at every site of `hook_names`.
-
-    Returns float32 [batch, n_sites, n_positions, d_model]: resid_pre of each block in `layers`, and for
-    layer n_layers the final site (`final`: pre-norm, the last block's output; post-norm, the final
-    norm's output). Hooks slice the positions out as the forward pass runs, so only
-    [batch, positions, d_model] per site is ever kept. Rows that share a long prefix (a few-shot
-    protocol's examples) compute it once (`_prefix_groups`, `_capture_after`): the same activations up to
-    float rounding; `share_prefill = False` runs one whole pass per prompt.
-    """
+    """`Runtime.capture` (its docstring says what comes back): groups rows that share a long prefix
+    (`kv.prefix_groups`) and runs each group whole (`capture_whole`) or after its prefix (`capture_after`)."""
     import torch
 
     n_pos = {len(p) for p in positions}
@@ -132,6 +125,7 @@ def capture(rt: Runtime, prompts: Sequence[Sequence[int]], positions: Sequence[S
         out[rows] = part
     return out
 
+
 def capture_whole(rt: Runtime, prompts: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
                    layers: Sequence[int] | None, final: str) -> Float[torch.Tensor, "batch site pos d_model"]:
     """`capture` with one forward pass over the left-padded prompts."""
@@ -156,6 +150,7 @@ def capture_whole(rt: Runtime, prompts: Sequence[Sequence[int]], positions: Sequ
                 rt.model(input_ids=ids, attention_mask=mask, position_ids=pos_ids, use_cache=False, **extra)
     return cap.result()
 
+
 def capture_after(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
                    layers: Sequence[int] | None, final: str) -> Float[torch.Tensor, "batch site pos d_model"]:
     """`capture` of `prefix + suffixes[i]` at `positions[i]` (indices into the suffix): the shared prefix is
@@ -178,6 +173,7 @@ def capture_after(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequenc
         with rt._attached(fwd_hooks, path):
             rt._forward(block, mask, cache, path)
     return cap.result()
+
 
 def capture_hooks(rt: Runtime, cap: Any, names: Sequence[str]) -> list[tuple[str, Callable[..., Any]]]:
     grouped = rt.canonical_hooks(names)

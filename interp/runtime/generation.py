@@ -63,7 +63,7 @@ class Generation:
 
 def generate(rt: Runtime, prompts: Sequence[Sequence[int]], sampling: Sequence[Sampling], stop: StopRule = StopRule(),
              hooks: Hooks = (), on_token: Callable[[int], None] | None = None) -> list[Generation]:
-    """Generate one continuation per prompt row; `sampling[i]` decides row i's tokens; `hooks` run at every step."""
+    """`Runtime.generate`: one continuation per prompt row."""
     import torch
 
     if len(prompts) != len(sampling):
@@ -95,16 +95,11 @@ def generate(rt: Runtime, prompts: Sequence[Sequence[int]], sampling: Sequence[S
                              "lower --batch-size or --max-new-tokens") from None
         raise
 
+
 def continue_batch(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], sampling: Sequence[Sampling],
                    stop: StopRule = StopRule(), hooks: Hooks = (), prefill_hooks: Hooks = (),
                    on_token: Callable[[int], None] | None = None) -> list[Generation]:
-    """Continue `prefix + suffixes[i]` for every row, computing the shared prefix once.
-
-    Row i generates exactly what `generate([prefix + suffixes[i]])` would (tested on every
-    architecture, sliding windows included). `hooks` run at every step (steering), on the prefix
-    too; `prefill_hooks` run while the suffixes are processed (activation patching at the cut).
-    Their tensor is [rows, S, d_model] with row i's suffix in its last len(suffixes[i]) positions;
-    what a prefill hook writes anywhere else is discarded."""
+    """`Runtime.continue_batch` (its docstring says what a row generates and where the hooks act)."""
     import torch
 
     if len(suffixes) != len(sampling):
@@ -174,6 +169,7 @@ def decode(rt: Runtime, logits: Float[torch.Tensor, "batch vocab"], cache: Cache
         logits, cache = rt._forward(nxt, mask, cache, path)
     return gens
 
+
 def pick(logits: Float[torch.Tensor, " vocab"], s: Sampling, rng: torch.Generator | None) -> int:
     import torch
 
@@ -183,6 +179,7 @@ def pick(logits: Float[torch.Tensor, " vocab"], s: Sampling, rng: torch.Generato
     cdf = torch.cumsum(probs, dim=-1)
     u = torch.rand((), generator=rng, dtype=torch.float64) * cdf[-1]
     return int(min(torch.searchsorted(cdf, u, right=True).item(), cdf.numel() - 1))
+
 
 def check_stop(rt: Runtime, g: Generation, tok: int, stop: StopRule) -> bool:
     """Update g.text and g.stop; True when the row is finished."""
