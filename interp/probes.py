@@ -77,6 +77,9 @@ ZERO_VARIANCE = 1e-10
 #: order; the criteria of equal candidates differ by rounding (about 1e-14) that another BLAS kernel or thread
 #: count changes, so an argmax over them would pick by the last bits.
 TIE = 1e-9
+#: elements of a product of the inner-fold scoring (targets x PCA scores of a chunk of layers): a few MB, so that the
+#: arrays of a permutation batch are reused from the allocator's cache rather than mapped afresh (perf/bench_permutations.py)
+CHUNK = 2_500_000
 
 
 def _scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -216,6 +219,24 @@ class _Fit:
         return int(self.s.size)
 
 
+def _in_threads(work: Callable[[int], Any], items: Sequence[int]) -> list[Any]:
+    """[work(i) for i in items], spread over as many threads as BLAS may use (each thread's BLAS then single-threaded).
+
+    The outer folds of a sweep are independent: a thread per fold keeps both cores busy through the many small
+    matrix products of a permutation batch, which a multithreaded BLAS cannot spread. Each fold's arithmetic is
+    the same whichever thread runs it; results come back in the order of `items`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    blas = [p.get("num_threads", 1) for p in threadpool_info() if p.get("user_api") == "blas"]
+    workers = min(len(items), max(blas, default=1))
+    if workers <= 1:
+        return [work(i) for i in items]
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(workers) as ex:
+        return list(ex.map(work, items))
+
+
 class LayerSweep:
     """Nested-CV PCA+ridge probes over a list of feature matrices (one per layer), fitted once and
     evaluated for any number of target matrices, including batches of permuted targets.
@@ -261,11 +282,17 @@ class LayerSweep:
         for x in xs:
             ntr = int(len(self.outer[0][0]) * (grid.inner - 1) / grid.inner)
             self.ks.append(grid.usable_pca(ntr, x.shape[1]))
-        for tr, te in self.outer:
+
+        def decompose(o: int) -> tuple[list[list[_Fit]], list[_Fit]]:
+            tr, te = self.outer[o]
             inner = _kfold(len(tr), grid.inner, seed + 1, None if groups is None else np.asarray(groups)[tr])
             inner_folds = [(tr[a], tr[b]) for a, b in inner]
-            self.inner.append([[_Fit.of(x, a, b, max(self.ks[li])) for a, b in inner_folds] for li, x in enumerate(xs)])
-            self.fits.append([_Fit.of(x, tr, te, max(self.ks[li])) for li, x in enumerate(xs)])
+            return ([[_Fit.of(x, a, b, max(self.ks[li])) for a, b in inner_folds] for li, x in enumerate(xs)],
+                    [_Fit.of(x, tr, te, max(self.ks[li])) for li, x in enumerate(xs)])
+
+        for inner_fits, outer_fits in _in_threads(decompose, range(len(self.outer))):
+            self.inner.append(inner_fits)
+            self.fits.append(outer_fits)
 
     # ------------------------------------------------------------------ scoring
 
@@ -292,38 +319,43 @@ class LayerSweep:
             sst = ((d - d.mean(axis=0)) ** 2).sum(axis=(0, 2))
             varies = sst > ZERO_VARIANCE * (dd + len(te) * (ytr ** 2).sum(axis=(0, 2)) / len(tr))
             informative += varies
-            nonzero = [f for f in fits if f.k]
-            if nonzero:  # the training- and test-target products of every layer at once
-                u_all = np.concatenate([f.u for f in nonzero], axis=1)  # [n_tr, sum K]
-                uty_all = (u_all.T @ ytr.reshape(len(tr), -1)).reshape(-1, b_, c_)  # [sum K, B, C]
-                p_all = np.concatenate([f.pte for f in nonzero], axis=1)  # [n_te, sum K]
-                ptd_all = (p_all.T @ d.reshape(len(te), -1)).reshape(-1, b_, c_)
-                c_all = np.einsum("kbc,kbc->kb", ptd_all, uty_all)  # [sum K, B]
-            off = 0
-            for j, f in enumerate(fits):
-                kk = f.k
-                sse = np.empty((b_, len(g.pca), len(g.alphas)))
-                if kk == 0:  # constant features: every candidate predicts the training mean
-                    sse[:] = dd[:, None, None]
-                else:
-                    uty = uty_all[off: off + kk].transpose(1, 0, 2)  # [B, K, C], a strided view BLAS takes as is
-                    h = np.matmul(uty, uty.transpose(0, 2, 1))  # [B, K, K]
-                    h *= (f.pte.T @ f.pte)[None]
-                    cvec = c_all[off: off + kk]  # [K, B]
-                    shrink = f.s[None, :] / (f.s[None, :] ** 2 + alphas[:, None])  # [A, K]
-                    cache: dict[int, np.ndarray] = {}
-                    for ki, k in enumerate(self._k_index(layers[j])):
-                        ke = min(k, kk)
-                        if ke not in cache:
-                            v = shrink[:, :ke]  # [A, ke]
-                            lin = v @ cvec[:ke]  # [A, B]
-                            t = np.matmul(h[:, :ke, :ke], np.ascontiguousarray(v.T))  # [B, ke, A]
-                            quad = np.einsum("bia,ai->ba", t, v)
-                            cache[ke] = dd[:, None] - 2 * lin.T + quad
-                        sse[:, ki, :] = cache[ke]
-                    off += kk
-                safe = np.where(varies, sst, 1.0)[:, None, None]
-                out[:, j] += np.where(varies[:, None, None], 1.0 - sse / safe, 0.0)
+            safe = np.where(varies, sst, 1.0)[:, None, None]
+            # the layers in chunks whose products stay small (a few MB): one product over all 65 layers of the
+            # paper's shape made arrays of 160 MB per batch, and allocating them cost more than the arithmetic
+            chunk = max(1, CHUNK // max(1, b_ * c_ * max((f.k for f in fits), default=1)))
+            for start in range(0, len(fits), chunk):
+                part = fits[start: start + chunk]
+                nonzero = [f for f in part if f.k]
+                if nonzero:  # the training- and test-target products of the chunk's layers at once
+                    u_all = np.concatenate([f.u for f in nonzero], axis=1)  # [n_tr, sum K]
+                    uty_all = (u_all.T @ ytr.reshape(len(tr), -1)).reshape(-1, b_, c_)  # [sum K, B, C]
+                    p_all = np.concatenate([f.pte for f in nonzero], axis=1)  # [n_te, sum K]
+                    ptd_all = (p_all.T @ d.reshape(len(te), -1)).reshape(-1, b_, c_)
+                    c_all = np.einsum("kbc,kbc->kb", ptd_all, uty_all)  # [sum K, B]
+                off = 0
+                for j, f in enumerate(part, start):
+                    kk = f.k
+                    sse = np.empty((b_, len(g.pca), len(g.alphas)))
+                    if kk == 0:  # constant features: every candidate predicts the training mean
+                        sse[:] = dd[:, None, None]
+                    else:
+                        uty = uty_all[off: off + kk].transpose(1, 0, 2)  # [B, K, C], a strided view BLAS takes as is
+                        h = np.matmul(uty, uty.transpose(0, 2, 1))  # [B, K, K]
+                        h *= (f.pte.T @ f.pte)[None]
+                        cvec = c_all[off: off + kk]  # [K, B]
+                        shrink = f.s[None, :] / (f.s[None, :] ** 2 + alphas[:, None])  # [A, K]
+                        cache: dict[int, np.ndarray] = {}
+                        for ki, k in enumerate(self._k_index(layers[j])):
+                            ke = min(k, kk)
+                            if ke not in cache:
+                                v = shrink[:, :ke]  # [A, ke]
+                                lin = v @ cvec[:ke]  # [A, B]
+                                t = np.matmul(h[:, :ke, :ke], np.ascontiguousarray(v.T))  # [B, ke, A]
+                                quad = np.einsum("bia,ai->ba", t, v)
+                                cache[ke] = dd[:, None] - 2 * lin.T + quad
+                            sse[:, ki, :] = cache[ke]
+                        off += kk
+                    out[:, j] += np.where(varies[:, None, None], 1.0 - sse / safe, 0.0)
         # the mean over the inner folds whose targets vary (the same folds for every candidate, so the choice is
         # that of the plain mean); no such fold: every candidate scores 0 and the first wins
         out /= np.maximum(informative, 1)[:, None, None, None]
@@ -352,19 +384,26 @@ class LayerSweep:
         pred = np.zeros_like(y)
         chosen: list[list[dict[str, Any]]] = [[] for _ in range(y.shape[0])]
         sel = np.asarray(list(layers))
-        for o, (tr, te) in enumerate(self.outer):
+
+        def fold(o: int) -> list[tuple[int, int, float, int, list[int], np.ndarray]]:
             scores = self._inner_scores(o, y, sel)  # [B, L', K, A]
             flat = first_best(scores)
             li_, ki_, ai_ = np.unravel_index(flat, scores.shape[1:])
             groups: dict[tuple[int, int, int], list[int]] = {}
             for b in range(y.shape[0]):
                 groups.setdefault((int(sel[li_[b]]), int(ki_[b]), int(ai_[b])), []).append(b)
+            out = []
             for (li, ki, ai), bs in groups.items():
                 k, a = self._k_index(li)[ki], g.alphas[ai]
-                pred[np.asarray(bs)[:, None], te[None, :]] = self._predict(self.fits[o][li], y[bs], k, a)
-                for b in bs:
-                    chosen[b].append({"k": int(k), "alpha": float(a), "inner_r2": float(scores[b, list(sel).index(li), ki, ai]),
-                                      "layer": li})
+                inner = [float(scores[b, list(sel).index(li), ki, ai]) for b in bs]
+                out.append((li, k, a, o, bs, self._predict(self.fits[o][li], y[bs], k, a), inner))
+            return out
+
+        for part in _in_threads(fold, range(len(self.outer))):
+            for li, k, a, o, bs, p, inner in part:
+                pred[np.asarray(bs)[:, None], self.outer[o][1][None, :]] = p
+                for b, r2 in zip(bs, inner):
+                    chosen[b].append({"k": int(k), "alpha": float(a), "inner_r2": r2, "layer": li})
         return pred, chosen
 
     # ------------------------------------------------------------------ public
@@ -410,7 +449,7 @@ class LayerSweep:
         the decompositions: only matrix products per batch."""
         layers = list(range(self.n_layers)) if layers is None else list(layers)
         kmax = max(max(k) for k in self.ks)
-        batch = batch or max(1, int(2e7 // max(1, self.n_layers * kmax * outputs)))
+        batch = batch or max(1, min(256, int(4e6 // max(1, self.n * outputs))))  # the layers go in chunks (CHUNK)
         out = np.empty(count)
         for i in range(0, count, batch):
             yp = targets(i, min(count, i + batch))  # [B, n, C]

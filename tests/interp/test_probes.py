@@ -330,3 +330,41 @@ def test_a_nan_fit_gives_a_missing_p_with_its_reason():
     got = p_fields("p_fl", np.r_[np.zeros(5), np.nan], 0.1)
     assert got["p_fl"] is None and "not finite" in got["p_fl_missing"]
     assert p_fields("p_fl", np.zeros(4), 0.1) == {"p_fl": 0.2}
+
+
+def test_outer_folds_in_threads_give_the_serial_results_bit_for_bit():
+    """A sweep's outer folds run in a thread each where BLAS may use several threads (the paper's shape needs both
+    cores: perf/bench_permutations.py); the predictions, choices and permutation null are those of the serial
+    loop, bit for bit, in the folds' order (a merge that wrote a fold's predictions onto another fold's rows, or
+    its choices out of order, fails here)."""
+    from threadpoolctl import threadpool_limits
+
+    import interp.probes as probes
+
+    rng = np.random.default_rng(4)
+    xs = [rng.normal(size=(60, 30)) for _ in range(3)]
+    xs[1][:, :3] += rng.normal(size=(60, 3)) * 2
+    y = xs[1][:, :3] @ rng.normal(size=(3, 4)) + rng.normal(size=(60, 4))
+    perms = probes.permutations(60, 40, seed=2)
+    calls = []
+    real = probes._in_threads
+
+    def spy(work, items):
+        with threadpool_limits(2, user_api="blas"):
+            calls.append(len(items))
+            return real(work, items)
+
+    with threadpool_limits(1):
+        serial = probes.LayerSweep(xs, Grid(outer=5, inner=4), 0)
+        one, null1 = serial.best(y), serial.permuted_r2(y, perms)
+    probes._in_threads = spy
+    try:
+        threaded = probes.LayerSweep(xs, Grid(outer=5, inner=4), 0)
+        two, null2 = threaded.best(y), threaded.permuted_r2(y, perms)
+    finally:
+        probes._in_threads = real
+    assert calls and all(c == 5 for c in calls)
+    assert np.array_equal(one.pred, two.pred) and one.chosen == two.chosen and np.array_equal(null1, null2)
+    for (tr, te), c in zip(threaded.outer, two.chosen):  # each fold's rows hold that fold's chosen probe, fitted directly
+        direct = probes.fold_predictions(xs[c["layer"]][tr], y[tr], xs[c["layer"]][te], [c["k"]], [c["alpha"]])[0, 0]
+        assert np.allclose(two.pred[te], direct, rtol=0, atol=1e-9)

@@ -50,10 +50,31 @@ def build_tiny(folder: Path, n_layers: int = 2, d_model: int = 32, seed: int = 0
                       bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
                       tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg)
+    redraw(model, seed, cfg.initializer_range)
     with torch.no_grad():  # larger logits than the default init: greedy paths that are not near ties
         model.lm_head.weight.mul_(8.0)
     model.save_pretrained(folder)
     return folder
+
+
+def redraw(model, seed: int, std: float) -> None:
+    """Every weight matrix drawn again from N(0, std) by numpy, norms left at one: the same bytes on every CPU.
+
+    torch's own initialiser samples float32 normals with code that ATen picks by instruction set, so under
+    ATEN_CPU_CAPABILITY=default the tiny model's weights differed from the AVX2/AVX-512 ones by an ulp, and with them its
+    weights digest and every value downstream (issue 29). numpy's generator is scalar code: one seed, one model.
+    """
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() >= 2:
+                param.copy_(torch.from_numpy(rng.normal(0.0, std, tuple(param.shape)).astype(np.float32)))
+        emb = model.get_input_embeddings()
+        if emb.padding_idx is not None:  # as torch's initialiser leaves it
+            emb.weight[emb.padding_idx] = 0.0
 
 
 VLM_TEMPLATE = (
