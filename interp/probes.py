@@ -448,7 +448,6 @@ class LayerSweep:
         (default: all). Any targets (permutations; Freedman-Lane's fitted values plus permuted residuals) reuse
         the decompositions: only matrix products per batch."""
         layers = list(range(self.n_layers)) if layers is None else list(layers)
-        kmax = max(max(k) for k in self.ks)
         batch = batch or max(1, min(256, int(4e6 // max(1, self.n * outputs))))  # the layers go in chunks (CHUNK)
         out = np.empty(count)
         for i in range(0, count, batch):

@@ -10,7 +10,9 @@ are committed (golden/probe_inputs.npz: both models' activation stores as arrays
   store (rounded to 6 decimals), but one diagnostic stored unrounded, the inner-fold R^2 of each outer fold's choice
   (`chosen[].inner_r2`), to INNER_R2 (absolute), and each chosen ridge penalty, the same point of the grid to
   SAME_POINT (relative: np.logspace's last bits);
-- with 1 and with 2 threads, probes.jsonl is byte-identical (measured: identical);
+- with 1 and with 2 threads, probes.jsonl is byte-identical (measured: identical); with 2, a sweep's outer folds run in
+  two threads (interp.probes._in_threads), with 1 serially. This is the golden run's own probe stage on its own
+  inputs, so the golden test no longer reruns it with one thread (21 s of the suite);
 - in a subprocess under OPENBLAS_CORETYPE=Haswell (another kernel for numpy's BLAS) and with numpy's SIMD loops
   capped at its baseline (NPY_DISABLE_CPU_FEATURES), set for the subprocess only to emulate another CPU, the same
   comparison as with the pinned rows.
