@@ -1,7 +1,15 @@
 import os
 from pathlib import Path
 
-from hypothesis import settings
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one of several pytest workers (`-n 2`, test.sh): each worker and every process it starts computes on one thread,
+    # so that two workers on two cores do not spin against each other's thread pools (measured: a machine-loading
+    # test beside another worker took 20x its time alone). Before numpy and torch load: they read these once. A test
+    # that compares thread counts sets its own (threadpool_limits(2), torch.set_num_threads), which these do not cap.
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
+from hypothesis import settings  # noqa: E402
 
 settings.register_profile("ci", max_examples=150, deadline=None)
 settings.register_profile("dev", max_examples=60, deadline=None)
