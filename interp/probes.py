@@ -77,8 +77,8 @@ ZERO_VARIANCE = 1e-10
 #: order; the criteria of equal candidates differ by rounding (about 1e-14) that another BLAS kernel or thread
 #: count changes, so an argmax over them would pick by the last bits.
 TIE = 1e-9
-#: elements of a product of the inner-fold scoring (targets x PCA scores of a chunk of layers): a few MB, so that the
-#: arrays of a permutation batch are reused from the allocator's cache rather than mapped afresh (perf/bench_permutations.py)
+#: elements of a product of the inner-fold scoring (targets x PCA scores of a chunk of layers): bounds its memory (one
+#: product over the paper's 65 layers was 160 MB per batch); on 16 layers chunks of 0.6M-1e9 elements timed the same
 CHUNK = 2_500_000
 
 
@@ -320,8 +320,7 @@ class LayerSweep:
             varies = sst > ZERO_VARIANCE * (dd + len(te) * (ytr ** 2).sum(axis=(0, 2)) / len(tr))
             informative += varies
             safe = np.where(varies, sst, 1.0)[:, None, None]
-            # the layers in chunks whose products stay small (a few MB): one product over all 65 layers of the
-            # paper's shape made arrays of 160 MB per batch, and allocating them cost more than the arithmetic
+            # the layers in chunks whose products stay a few MB (CHUNK)
             chunk = max(1, CHUNK // max(1, b_ * c_ * max((f.k for f in fits), default=1)))
             for start in range(0, len(fits), chunk):
                 part = fits[start: start + chunk]
@@ -385,23 +384,25 @@ class LayerSweep:
         chosen: list[list[dict[str, Any]]] = [[] for _ in range(y.shape[0])]
         sel = np.asarray(list(layers))
 
-        def fold(o: int) -> list[tuple[int, int, float, int, list[int], np.ndarray]]:
+        def fold(o: int) -> list[tuple[int, int, float, list[int], np.ndarray, list[float]]]:
+            """(layer, k, alpha, batch rows, their test predictions, their inner R^2) per choice made in outer fold o."""
             scores = self._inner_scores(o, y, sel)  # [B, L', K, A]
             flat = first_best(scores)
             li_, ki_, ai_ = np.unravel_index(flat, scores.shape[1:])
             groups: dict[tuple[int, int, int], list[int]] = {}
             for b in range(y.shape[0]):
-                groups.setdefault((int(sel[li_[b]]), int(ki_[b]), int(ai_[b])), []).append(b)
+                groups.setdefault((int(li_[b]), int(ki_[b]), int(ai_[b])), []).append(b)
             out = []
-            for (li, ki, ai), bs in groups.items():
+            for (lj, ki, ai), bs in groups.items():
+                li = int(sel[lj])
                 k, a = self._k_index(li)[ki], g.alphas[ai]
-                inner = [float(scores[b, list(sel).index(li), ki, ai]) for b in bs]
-                out.append((li, k, a, o, bs, self._predict(self.fits[o][li], y[bs], k, a), inner))
+                out.append((li, k, a, bs, self._predict(self.fits[o][li], y[bs], k, a),
+                            [float(scores[b, lj, ki, ai]) for b in bs]))
             return out
 
-        for part in _in_threads(fold, range(len(self.outer))):
-            for li, k, a, o, bs, p, inner in part:
-                pred[np.asarray(bs)[:, None], self.outer[o][1][None, :]] = p
+        for (_, te), part in zip(self.outer, _in_threads(fold, range(len(self.outer)))):
+            for li, k, a, bs, p, inner in part:
+                pred[np.asarray(bs)[:, None], te[None, :]] = p
                 for b, r2 in zip(bs, inner):
                     chosen[b].append({"k": int(k), "alpha": float(a), "inner_r2": r2, "layer": li})
         return pred, chosen

@@ -69,7 +69,7 @@ def redraw(model, seed: int, std: float) -> None:
 
     rng = np.random.default_rng(seed)
     with torch.no_grad():
-        for name, param in model.named_parameters():
+        for param in model.parameters():
             if param.dim() >= 2:
                 param.copy_(torch.from_numpy(rng.normal(0.0, std, tuple(param.shape)).astype(np.float32)))
         emb = model.get_input_embeddings()
