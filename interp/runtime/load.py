@@ -28,6 +28,31 @@ if TYPE_CHECKING:
 
 QUANTIZE = ("8bit", "4bit")
 
+_SDPA_RUNS: dict[str, str] = {}
+
+
+def cpu_sdpa_failure(dtype: torch.dtype) -> str:
+    """Why PyTorch's CPU `scaled_dot_product_attention` cannot run in `dtype` here ("" when it runs), tried once
+    per process on a causal 1 x 1 x 256 x 64 call: long enough (>= 64 queries and keys) that the flash kernel
+    packs its operands for AMX. On a CPU with AMX, torch 2.13 forced to a lower kernel level
+    (`ATEN_CPU_CAPABILITY=default`) reaches that packing and raises "pack_vnni2 is only supported when avx512
+    is supported" for bfloat16 (issue 29); the eager kernel's matmul and softmax do not pack."""
+    import torch
+
+    key = str(dtype)
+    if key not in _SDPA_RUNS:
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 1, 256, 64, generator=gen).to(dtype) for _ in range(3))
+        try:
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            _SDPA_RUNS[key] = ""
+        except RuntimeError as e:
+            first = (str(e).strip().splitlines() or [""])[0]
+            level = os.environ.get("ATEN_CPU_CAPABILITY") or torch.backends.cpu.get_cpu_capability()
+            _SDPA_RUNS[key] = (f"PyTorch's CPU sdpa kernel cannot run {key.replace('torch.', '')} here (kernel level "
+                               f"{level}: {first}); runs eager")
+    return _SDPA_RUNS[key]
+
 
 @dataclass(frozen=True)
 class ModelInfo:
@@ -182,6 +207,12 @@ def open_folder(folder: Path, name: str | None = None, source: str = "folder", d
     arch = (getattr(config, "architectures", None) or [type(config).__name__])[0]
     if compat:
         attention = "eager"  # the bridge forces eager; compat runs everything through it
+    fallback = ""
+    on_cpu = device_map is None and str(device) == "cpu"
+    if on_cpu and attention in (None, "sdpa") and dtype in (torch.bfloat16, torch.float16):
+        fallback = cpu_sdpa_failure(dtype)
+        if fallback:
+            attention = "eager"
     quant = _quantization_config(quantize, dtype)
     placement = device_map if device_map is not None else {"": device}
     kwargs: dict[str, Any] = {"dtype": dtype, "device_map": placement, "trust_remote_code": trust_remote_code}
@@ -200,7 +231,7 @@ def open_folder(folder: Path, name: str | None = None, source: str = "folder", d
         raise ModelError(f"cannot load {label} ({arch}): {type(e).__name__}: {first}") from e
     hf.eval()
     used = getattr(hf.config, "_attn_implementation", None) or "eager"
-    note = ""
+    note = fallback
     if attention is None and used != "sdpa":
         import transformers
 

@@ -142,3 +142,41 @@ def test_quantized_loading_is_explicit_and_its_errors_are_clear(arch_folder):
     else:  # pragma: no cover - only where bitsandbytes is installed
         rt = Runtime.from_folder(folder, quantize="8bit")
         assert rt.info.quantization == "8bit"
+
+
+def test_bf16_on_a_cpu_whose_sdpa_kernel_cannot_run_it_loads_eager_and_says_so(arch_folder, monkeypatch):
+    """Issue 29: on an Intel CPU with AMX, torch 2.13 under ATEN_CPU_CAPABILITY=default raises "pack_vnni2 is only
+    supported when avx512 is supported" from its bfloat16 flash-attention kernel, and every bf16 load failed at its
+    first prompt. This machine's sdpa runs bf16, so the failure is emulated: sdpa raises torch's error for bfloat16
+    (what that CPU does); the runtime must load eager, record why, and generate and capture as usual."""
+    from interp.runtime import load
+
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def amx_at_default(q, *a, **k):
+        if q.dtype == torch.bfloat16:
+            raise RuntimeError("pack_vnni2 is only supported when avx512 is supported")
+        return real(q, *a, **k)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", amx_at_default)
+    monkeypatch.setattr(load, "_SDPA_RUNS", {}, raising=False)
+    rt = Runtime.from_folder(arch_folder("llama"), dtype=torch.bfloat16)
+    assert rt.info.attention == "eager" and "cannot run bfloat16" in rt.info.attention_note
+    assert "pack_vnni2" in rt.info.attention_note and rt.info.attention_note.endswith("runs eager")
+    toks = rt.tokenizer(TEXT)["input_ids"]
+    assert len(rt.generate([toks], [Sampling()], RULE)[0].tokens) == 16
+    assert torch.isfinite(rt.capture([toks], [[0, len(toks) - 1]]).float()).all()
+    # float32 never asks: its sdpa is untouched, and so is an explicit eager request
+    assert Runtime.from_folder(arch_folder("llama")).info.attention == "sdpa"
+    monkeypatch.setattr(load, "_SDPA_RUNS", {}, raising=False)
+    assert load.cpu_sdpa_failure(torch.float32) == "" and load.cpu_sdpa_failure(torch.bfloat16).startswith("PyTorch")
+
+
+def test_bf16_loads_with_sdpa_where_the_cpu_runs_it(arch_folder, monkeypatch):
+    from interp.runtime import load
+
+    monkeypatch.setattr(load, "_SDPA_RUNS", {}, raising=False)
+    if load.cpu_sdpa_failure(torch.bfloat16):
+        pytest.skip(f"this CPU's sdpa cannot run bfloat16: {load.cpu_sdpa_failure(torch.bfloat16)}")
+    rt = Runtime.from_folder(arch_folder("llama"), dtype=torch.bfloat16)
+    assert rt.info.attention == "sdpa" and rt.info.attention_note == ""
