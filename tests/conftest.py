@@ -51,3 +51,28 @@ def pytest_collection_modifyitems(config, items):
         nodeid = item.nodeid.split("[")[0]
         if nodeid in slow or nodeid.split("::")[0] in slow:
             item.add_marker(pytest.mark.slow)
+
+
+# --------------------------------------------------------------------------- CPU seconds per test (issue 29)
+#: AMBENCH_TEST_CPU=FILE appends one JSON line per test: its wall seconds and the CPU seconds (user + system) of the
+#: test process and of the child processes it reaped during the test (setup, call and teardown). On two workers a
+#: test's wall time depends on what the other worker runs; its CPU seconds do not, and they are what a 2-core suite
+#: has to spend (`python scripts/test_cpu.py FILE` sums them by test and by file).
+_CPU_LOG = os.environ.get("AMBENCH_TEST_CPU")
+if _CPU_LOG:
+    import json as _json
+    import resource as _resource
+    import time as _time
+
+    def _cpu_now() -> float:
+        own, kids = _resource.getrusage(_resource.RUSAGE_SELF), _resource.getrusage(_resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        cpu, wall = _cpu_now(), _time.perf_counter()
+        yield
+        row = {"test": item.nodeid, "cpu_s": round(_cpu_now() - cpu, 3), "wall_s": round(_time.perf_counter() - wall, 3),
+               "worker": os.environ.get("PYTEST_XDIST_WORKER", "-")}
+        with open(_CPU_LOG, "a", encoding="utf-8") as f:
+            f.write(_json.dumps(row) + "\n")

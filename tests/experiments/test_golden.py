@@ -17,7 +17,8 @@ MKL's and oneDNN's own), so the activations differ in their last bits and every 
 carries that noise; the probe stage itself adds none (tests/experiments/test_probe_exactness.py). So:
 - exactly: every selection (layer, k, alpha as the same grid point), count, outcome, string, verdict, render hash,
   and every value that does not depend on the forward pass (renders, translation scores, layout table, summary,
-  lexical baselines) and the interventions' sampled outcomes (measured identical under every variant below);
+  lexical baselines) and the interventions' sampled outcomes (measured identical under every variant below); a
+  sampled continuation's text exactly but for at most BRANCHES of them (a draw at a boundary, see BRANCHES);
 - the probe statistics and the activations' per-layer mean and std to TOLERANCES, the report's numbers to
   `_report_close`: ten times the largest spread measured, rounded up to a power of ten.
 Measured with `python -m tests.experiments.golden_spread` (the study in a subprocess under each emulated CPU) on an
@@ -175,6 +176,13 @@ NUMBER = re.compile(r"-?\d+(?:\.(\d+))?(?:e([-+]?\d+))?")
 #: is printed with) plus REPORT_UNITS of its last printed digit, as the value can round either way (measured: 1 unit);
 #: a number printed without decimals (a count) exactly
 REPORT_UNITS = 2
+#: a continuation the tiny model samples (144 rows, temperature 0.7, each with its recorded seed) draws each token by
+#: comparing a seeded uniform with the cumulative probabilities, which carry the forward pass's noise: a draw that
+#: lands within that noise of a boundary takes the neighbouring token on another CPU, and the text branches from there.
+#: Measured: 0 of 144 on the Intel Xeon's variants (module docstring); 1 of 144 on an AMD EPYC with AVX-512 under
+#: ATEN_CPU_CAPABILITY=default (issue 29), its outcomes (continued, code_after, overlap, ...) unchanged. So at most
+#: BRANCHES texts may differ, and every other field of their rows, and the tables built from them, exactly.
+BRANCHES = 3
 
 
 def report_numbers(text: str) -> tuple[str, list[str]]:
@@ -218,6 +226,8 @@ def _close(a, b, path="") -> list[str]:
         return [] if same else [f"{path}: selection {a!r} vs {b!r}"]
     if path == ".report_text" and isinstance(a, str) and isinstance(b, str):
         return _report_close(a, b)
+    if name == "continuation" and path.startswith(".interventions[") and isinstance(a, str) and isinstance(b, str):
+        return [] if a == b else [f"branch {path}: {a[:60]!r} vs {b[:60]!r}"]
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b)):
@@ -268,8 +278,37 @@ def test_the_study_gives_the_pinned_values(golden_run):
         GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
         pytest.skip("golden values written")
     want = json.loads(GOLDEN.read_text(encoding="utf-8"))
-    diffs = _close(want, got)
+    diffs = golden_differences(want, got)
     assert not diffs, f"{len(diffs)} values differ from the golden study:\n" + "\n".join(diffs[:40])
+
+
+def golden_differences(want: dict, got: dict) -> list[str]:
+    """`_close`'s differences, a sampled continuation that branched counted as one only past BRANCHES of them."""
+    diffs = _close(want, got)
+    branched = [d for d in diffs if d.startswith("branch ")]
+    rest = [d for d in diffs if not d.startswith("branch ")]
+    if len(branched) > BRANCHES:
+        rest.append(f"{len(branched)} sampled continuations branched (at most {BRANCHES} may): " + "; ".join(branched[:5]))
+    return rest
+
+
+def test_a_branched_continuation_is_allowed_only_alone_and_with_its_outcomes_unchanged():
+    """The comparison can fail: one branched text passes; more than BRANCHES fail, and so does a branched row whose
+    outcome changed, and any other string."""
+    want = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    got = json.loads(json.dumps(want))
+    got["interventions"][130]["continuation"] += " and then some"
+    assert golden_differences(want, got) == []
+    for r in got["interventions"][:BRANCHES]:
+        r["continuation"] = "x" + r["continuation"]
+    assert any("branched" in d for d in golden_differences(want, got))
+    got = json.loads(json.dumps(want))
+    got["interventions"][130]["continuation"] += " and then some"
+    got["interventions"][130]["continued"] = not got["interventions"][130]["continued"]
+    assert [d.split(":")[0] for d in golden_differences(want, got)] == [".interventions[130].continued"]
+    got = json.loads(json.dumps(want))
+    got["interventions"][130]["statement"] += "x"
+    assert golden_differences(want, got)
 
 
 def test_both_models_get_interventions_and_patching(golden_run):

@@ -117,13 +117,29 @@ def test_run_end_to_end_and_deterministic(model, reference, tmp_path):
     _acts_equal(_acts(again), _acts(reference))
 
 
+#: where the SIGKILLs land, in the order a run reaches them: each is a change in the run directory, watched every 20 ms,
+#: and the kill comes right after it (mid-stage, while the next row is being computed). Events, not delays: a kill
+#: after N seconds landed at a different stage on every machine and load, and waited out seconds of startup.
+KILL_POINTS = (
+    ("a translation attempt written", lambda out, start: (out / "generations.jsonl").stat().st_size > start),
+    ("capture begun", lambda out, start: any((out / "activations").rglob("*")) if (out / "activations").is_dir() else False),
+    ("an intervention row written", lambda out, start: (out / "interventions.jsonl").is_file()),
+    ("a patching row written", lambda out, start: (out / "patching.jsonl").is_file()),
+)
+
+
 def test_sigkill_at_several_points_then_resume(model, reference, tmp_path):
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     _prepare(model, out)
-    for delay in (4.0, 7.0, 10.0, 14.0):
+    start = (out / "generations.jsonl").stat().st_size
+    for what, reached in KILL_POINTS:
         p = subprocess.Popen(_cmd(model, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        time.sleep(delay)
+        deadline = time.monotonic() + 300
+        while not reached(out, start) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert p.poll() is None, f"the run ended before {what}: the kill point is never reached"
+        assert reached(out, start), f"no {what} within 300 s"
         p.send_signal(signal.SIGKILL)
         p.wait()
     _run(model, out)
