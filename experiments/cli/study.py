@@ -44,6 +44,11 @@ def run_cmd(
     intervene_cuts: Optional[int] = typer.Option(None, "--intervene-cuts", min=0, help="Intervention cuts per model (0: every cut)."),
     intervene_tokens: Optional[int] = typer.Option(None, "--intervene-tokens", min=1, help="Tokens per continuation."),
     patch_cuts: Optional[int] = typer.Option(None, "--patch-cuts", min=0, help="Patching cuts per model (0: every cut)."),
+    n_perm: Optional[int] = typer.Option(None, "--n-perm", min=19, help="Permutations of the headline Delta R^2 and "
+                                         "beyond-text tests (default 999, paper 2,500; at least 19, the fewest that "
+                                         "can give p < 0.05)."),
+    n_perm_layers: Optional[int] = typer.Option(None, "--n-perm-layers", min=19, help="Permutations per per-layer "
+                                                "probe row (default 49; at least 19)."),
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     trust_remote_code: TrustOpt = False,
@@ -76,7 +81,8 @@ def run_cmd(
             fail(f"preset {preset} runs several small studies locally; --backend ray and --shard are for single studies")
         overrides = dict(seed=seed, max_new_tokens=max_new_tokens, batch_size=batch_size, samples=samples, translation_samples=translation_samples,
                          continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
-                         patch_cuts=patch_cuts, device=device, dtype=dtype, models=models or None)
+                         patch_cuts=patch_cuts, device=device, dtype=dtype, models=models or None, n_perm=n_perm,
+                         n_perm_layers=n_perm_layers)
         if files or references or translation_prompts is not None or layout_per_subcategory is not None:
             fail(f"preset {preset} names its own prompt files per part; drop --prompts, --references and the prompt counts")
         with boundary():
@@ -96,7 +102,8 @@ def run_cmd(
                                     batch_size=batch_size, protocol=protocol,
                                     svg=svg, media=tuple(media) if media else None, selectivity=selectivity, attention=attention,
                                     continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
-                                    patch_cuts=patch_cuts, device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
+                                    patch_cuts=patch_cuts, n_perm=n_perm, n_perm_layers=n_perm_layers,
+                                    device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
                                     dino_folder=dino_folder, trajectory=trajectory,
                                     trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize,
                                     prompt_files=files, references=str(references) if references else None)

@@ -29,7 +29,7 @@ EXTRA = ["x = 0\nfor i in range(306000):\n    x = (x * 7 + i) % 1000003\nfill('r
          "x = [[i] * 100 for i in range(200000)]\nfill('red')",
          "s = 'a' * 1000000\nparts = [s] * 384\nt = ''.join(parts)\nfill('red')"]
 ARGS = ["--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "3", "--translation-samples", "3",
-        "--max-new-tokens", "12", "--svg"]
+        "--max-new-tokens", "12", "--svg", "--n-perm", "19", "--n-perm-layers", "19"]  # the fewest permutations: no p is checked
 
 
 class StandIn:

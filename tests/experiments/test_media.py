@@ -282,7 +282,7 @@ def test_run_with_a_medium_end_to_end(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     cmd = [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out), "--translation-prompts", "1",
            "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "8", "--medium", "v1-48", "--attention",
-           "--selectivity"]
+           "--selectivity", "--n-perm", "19", "--n-perm-layers", "19"]  # the fewest permutations: tables, not p, are checked
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = read_rows(out / GENERATIONS)

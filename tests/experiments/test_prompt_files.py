@@ -36,7 +36,8 @@ def _files(tmp_path):
 
 def _run(model, out, *extra):
     cmd = [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out), "--samples", "0",
-           "--translation-samples", "0", "--max-new-tokens", "6", "--continuations", "1", "--intervene-tokens", "4", *extra]
+           "--translation-samples", "0", "--max-new-tokens", "6", "--continuations", "1", "--intervene-tokens", "4",
+           "--n-perm", "19", "--n-perm-layers", "19", *extra]  # the fewest permutations: no p is checked
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
