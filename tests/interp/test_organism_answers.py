@@ -69,17 +69,32 @@ def greedy_answers(rt, examples):
     return [g.text if g.stop == "fence" else None for g in gens]
 
 
+def chosen(data, n: int) -> list:
+    return data.heldout[:: max(1, len(data.heldout) // n)][:n]
+
+
 def accuracy(rt, data, n: int) -> float:
-    chosen = data.heldout[:: max(1, len(data.heldout) // n)][:n]
-    texts = greedy_answers(rt, chosen)
-    return float(np.mean([t is not None and data.check(e, t) for e, t in zip(chosen, texts)]))
+    examples = chosen(data, n)
+    texts = greedy_answers(rt, examples)
+    return float(np.mean([t is not None and data.check(e, t) for e, t in zip(examples, texts)]))
+
+
+@pytest.fixture(scope="module")
+def untrained_answers(datasets, untrained):
+    """The untrained model's answers to 10 held-out prompts of every organism, in one batch: it never closes its
+    fence, so each call ran the whole 320-token budget; one call for all six does that once."""
+    examples = {name: chosen(data, 10) for name, data in datasets.items()}
+    flat = [e for name in examples for e in examples[name]]
+    texts = iter(greedy_answers(untrained, flat))
+    return {name: [next(texts) for _ in examples[name]] for name in examples}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=needs(n)) for n in ORGANISMS])
-def test_organism_writes_heldout_answers(name, datasets, runtimes, untrained):
+def test_organism_writes_heldout_answers(name, datasets, runtimes, untrained_answers):
     data = datasets[name]
     assert accuracy(runtimes(name), data, 40) >= 0.9
-    assert accuracy(untrained, data, 10) == 0.0
+    broken = [t is not None and data.check(e, t) for e, t in zip(chosen(data, 10), untrained_answers[name])]
+    assert len(broken) == 10 and not any(broken)
 
 
 def last_token_activations(rt, items, position: str = "last") -> np.ndarray:
