@@ -9,7 +9,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
 
+import sys  # noqa: E402
+
 from hypothesis import settings  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # numpy is already loaded when this file runs (a plugin imports it), so its OpenBLAS started with one thread per
+    # core and read no variable: measured, 2 threads in each worker, whose spinning the other worker paid for. Capped now.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
 
 settings.register_profile("ci", max_examples=150, deadline=None)
 settings.register_profile("dev", max_examples=60, deadline=None)
@@ -73,6 +82,23 @@ if _CPU_LOG:
         cpu, wall = _cpu_now(), _time.perf_counter()
         yield
         row = {"test": item.nodeid, "cpu_s": round(_cpu_now() - cpu, 3), "wall_s": round(_time.perf_counter() - wall, 3),
-               "worker": os.environ.get("PYTEST_XDIST_WORKER", "-")}
+               "worker": os.environ.get("PYTEST_XDIST_WORKER", "-"), "torch_threads_found": _FOUND.get("torch", 1)}
         with open(_CPU_LOG, "a", encoding="utf-8") as f:
             f.write(_json.dumps(row) + "\n")
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    @pytest.fixture(autouse=True)
+    def _one_torch_thread_per_worker():
+        """Each test in a worker starts with one torch thread: a test that compares thread counts, or a module fixture
+        that restores what it found, must not leave the worker's next tests spinning two threads against the other
+        worker (AMBENCH_TEST_CPU records `torch_threads_found` where a test found more than one)."""
+        torch = sys.modules.get("torch")
+        found = torch.get_num_threads() if torch is not None else 1
+        if found != 1:
+            torch.set_num_threads(1)
+        _FOUND["torch"] = found
+        yield
+
+
+_FOUND: dict[str, int] = {}

@@ -112,6 +112,9 @@ def test_run_end_to_end_and_deterministic(model, reference, tmp_path):
     cfg = json.loads((reference / "config.json").read_text())
     study = cfg["stages"]["study"]
     assert study["config"]["preset"] == "quick" and study["versions"]["torch"]
+    assert (study["config"]["n_perm"], study["config"]["n_perm_layers"]) == (19, 19)  # --n-perm, --n-perm-layers
+    probes = [json.loads(x) for x in (reference / "probes.jsonl").read_text().splitlines()]
+    assert any(r.get("n_perm") == 19 for r in probes), sorted({k for r in probes for k in r if "perm" in k})
     again = tmp_path / "run"
     _run(model, again)
     for f in RESULTS:
