@@ -9,8 +9,8 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
     || echo "test.sh: chromium could not be installed; the report rendering test will be skipped" >&2
 fi
-# two workers (pytest-xdist), each computing on one thread (tests/conftest.py): 1.47x the serial suite on 2 cores
-# (docs/study.md); AMBENCH_TEST_WORKERS=0 runs it in one process, =N on N workers
+# two workers (pytest-xdist), each computing on one thread (tests/conftest.py); docs/study.md has the measurements.
+# AMBENCH_TEST_WORKERS=0 runs it in one process, =N on N workers
 WORKERS="${AMBENCH_TEST_WORKERS:-2}"
 if [ "$WORKERS" = 0 ]; then
   exec .venv/bin/python -m pytest -q "$@"
