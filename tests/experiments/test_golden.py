@@ -29,7 +29,11 @@ SIMD at its x86-64-v2 baseline); numpy at its baseline alone; and the pinned val
 developers' machine). Largest differences: raw activations 7.5e-9; R^2, Delta R^2, se 2.0e-5; interval ends 6.9e-5;
 permutation-null means 9.0e-5; inner-fold R^2 6.1e-5; p and q 0.001 (one permutation of 999); the report's numbers one
 unit of their last printed digit; alpha 5.7e-14 (numpy baseline); everything else, and every selection: identical.
-OPENBLAS_CORETYPE alone moves nothing but inner-fold R^2 by 4e-15. tests/experiments/test_cross_cpu.py reruns the
+OPENBLAS_CORETYPE alone moves nothing but inner-fold R^2 by 4e-15.
+On an AMD EPYC with AVX-512 (2026-12-05, ATen default, avx2 and avx512 against native, two threads): raw activations
+7.5e-9; R^2, Delta R^2 3.1e-5; interval ends 5.9e-5; inner-fold R^2 4.4e-5; permutation-null means 3.9e-4 (so their
+tolerance is 1e-2); p 0.001 and q 0.002 (P_VALUE is 5 times that); the report's numbers 2 units of their last digit;
+no exact value. In the suite (one thread, ATen default) one sampled continuation branched there (BRANCHES). tests/experiments/test_cross_cpu.py reruns the
 forward pass under each ATen level this CPU has and checks these tolerances hold.
 
 Regenerate (only for an intended change of results, said in the commit):
@@ -160,11 +164,12 @@ SAME_POINT = 1e-12
 #: (renders, translation scores, layout and intervention tables, lexical baselines, ceilings: measured identical) to
 #: EXACT; every selection, count, outcome, string and verdict exactly.
 STATISTIC = 1e-3  # measured: R^2, Delta, se 2.0e-5; interval ends 6.9e-5; permutation-null means 9.0e-5; inner R^2 6.1e-5
-P_VALUE = 1e-2  # measured 0.001: a p moves by whole permutations (1/(n+1)), a q with its p
+P_VALUE = 1e-2  # measured 0.001 (p), 0.002 (q): a p moves by whole permutations (1/(n+1)), a q with its p
 TOLERANCES = {
     "layers": 1e-5,  # activations' per-layer mean and std (6 decimals): spread 0 measured (7.5e-9 in the raw values)
     **dict.fromkeys(("r2", "r2_mean", "se", "r2_resid", "delta_r2", "delta_mean", "delta_beyond", "ci", "delta_ci",
-                     "null_mean", "inner_r2"), STATISTIC),
+                     "inner_r2"), STATISTIC),
+    "null_mean": 1e-2,  # the permutation null's mean: 9.0e-5 on the Xeon, 3.9e-4 on the EPYC (docstring)
     **dict.fromkeys(("p_perm", "p_fl", "q_bh"), P_VALUE),
 }
 #: the other floats: measured identical; sums in another order (numpy's SIMD loops differ by CPU) could leave the last
