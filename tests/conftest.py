@@ -68,14 +68,12 @@ def pytest_collection_modifyitems(config, items):
 #: test's wall time depends on what the other worker runs; its CPU seconds do not, and they are what a 2-core suite
 #: has to spend (`python scripts/test_cpu.py FILE` sums them by test and by file).
 _CPU_LOG = os.environ.get("AMBENCH_TEST_CPU")
+_FOUND: dict[str, int] = {}  #: what the autouse fixture below found at the test's start (torch threads)
 if _CPU_LOG:
     import json as _json
-    import resource as _resource
     import time as _time
 
-    def _cpu_now() -> float:
-        own, kids = _resource.getrusage(_resource.RUSAGE_SELF), _resource.getrusage(_resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    from experiments.study.timing import cpu_seconds as _cpu_now  # this process and the children it reaped
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
@@ -100,5 +98,3 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         _FOUND["torch"] = found
         yield
 
-
-_FOUND: dict[str, int] = {}

@@ -35,13 +35,13 @@ def model(tmp_path_factory):
 
 
 def _cmd(model, out, *extra):
+    # 19 permutations (the fewest the options allow): what these tests compare is files across resumes, shards and
+    # backends, for which the counts are settings like any other; the probe stage took 6.7 of a run's 12 CPU seconds
+    # at the defaults (999, 49) and 2.9 at 19
     return [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out),
             "--translation-prompts", "3", "--layout-per-subcategory", "1", "--samples", "1", "--translation-samples", "2", "--batch-size", "8",
             "--max-new-tokens", "12",
             "--continuations", "2", "--intervene-tokens", "10", "--n-perm", "19", "--n-perm-layers", "19", *extra]
-    # 19 permutations (the fewest the options allow): what these tests compare is files across resumes, shards and
-    # backends, for which the counts are settings like any other; the probe stage took 6.7 of a run's 12 CPU seconds
-    # at the defaults (999, 49) and 2.9 at 19
 
 
 def _prepare(model, out):

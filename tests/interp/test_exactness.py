@@ -166,7 +166,7 @@ def test_bf16_on_a_cpu_whose_sdpa_kernel_cannot_run_it_loads_eager_and_says_so(a
     toks = rt.tokenizer(TEXT)["input_ids"]
     assert len(rt.generate([toks], [Sampling()], RULE)[0].tokens) == 16
     assert torch.isfinite(rt.capture([toks], [[0, len(toks) - 1]]).float()).all()
-    # float32 never asks: its sdpa is untouched, and so is an explicit eager request
+    # float32 never asks: its sdpa is untouched
     assert Runtime.from_folder(arch_folder("llama")).info.attention == "sdpa"
     monkeypatch.setattr(load, "_SDPA_RUNS", {}, raising=False)
     assert load.cpu_sdpa_failure(torch.float32) == "" and load.cpu_sdpa_failure(torch.bfloat16).startswith("PyTorch")
