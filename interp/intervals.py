@@ -161,11 +161,29 @@ def delta_interval(sse_a: np.ndarray, sse_b: np.ndarray, sst: np.ndarray, n: int
                           folds=folds)
 
 
+#: a probe whose out-of-fold predictions stray from its training folds' means by less than this share of the targets'
+#: sum of squares predicts the mean: whatever the two probes' R^2 differ by is then at most 2 sqrt(1e-4) = 0.02 of
+#: the variance on either side, and the groups' sums of the difference are rounding-sized, so no t quantile makes an
+#: interval of them (issue 39: 13-19% of family-null data sets on the stage's grid, every interval that missed)
+AT_THE_MEAN = 1e-4
+#: what a row says instead of an interval when both probes predict the mean
+NO_SIGNAL = "no signal: both probes predict the mean"
+
+
+def at_the_mean(y: np.ndarray, pred: np.ndarray, folds: Sequence[tuple[np.ndarray, np.ndarray]]) -> bool:
+    """Whether out-of-fold predictions `pred` are (to AT_THE_MEAN) each outer fold's training mean: the inner folds chose
+    so much shrinkage that the probe predicts nothing."""
+    y = np.asarray(y, dtype=np.float64)
+    sst = float(((y - y.mean(axis=0)) ** 2).sum())
+    dev = sum(float(((pred[te] - y[tr].mean(axis=0)) ** 2).sum()) for tr, te in folds)
+    return sst > 0 and dev <= AT_THE_MEAN * sst
+
+
 def test_over_train(n: int, outer: int) -> float:
     """n_test / n_train of one outer fold of K-fold CV over n prompts (1/(K-1) when K divides n)."""
     n_test = n / outer
     return n_test / (n - n_test)
 
 
-__all__ = ["DEFAULT_REPEATS", "Interval", "cluster_sums", "delta_interval", "fold_sums", "r2_interval", "ratio_interval", "repeat_seed",
+__all__ = ["AT_THE_MEAN", "DEFAULT_REPEATS", "Interval", "NO_SIGNAL", "at_the_mean", "cluster_sums", "delta_interval", "fold_sums", "r2_interval", "ratio_interval", "repeat_seed",
            "test_over_train"]

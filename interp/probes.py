@@ -33,6 +33,10 @@ from interp.intervals import group_blocks
 
 GRID_SIZE = 6
 DEFAULT_PCA = (4, 8, 16, 32, 64)
+#: a PCA size meaning "every component": ridge on the whole standardised design, in its dual form (the Gram matrix)
+#: when columns outnumber prompts; rows record it as k "all". The lexical baselines take it (issue 39: their sparse
+#: one-hot columns reduced to 64 components lost what a single column held)
+FULL = 1 << 30
 DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-2, 5, 15))
 
 
@@ -63,7 +67,13 @@ class Grid:
 
     def usable_pca(self, n_train: int, d: int) -> list[int]:
         ks = [k for k in self.pca if k <= min(n_train, d)]
+        if FULL in self.pca:  # every component of whatever a fit holds (the fits cap it at their rank)
+            return [k for k in ks if k != FULL] + [FULL]
         return ks or [min(n_train, d)]
+
+    def with_full(self) -> "Grid":
+        """This grid with "every component" (FULL) among its PCA sizes: ridge on the whole design is a candidate."""
+        return self if FULL in self.pca else Grid(tuple(self.pca) + (FULL,), self.alphas, self.outer, self.inner)
 
 
 #: A feature column whose spread is below this share of its magnitude is constant: its "spread" is the rounding
@@ -404,7 +414,7 @@ class LayerSweep:
             for li, k, a, bs, p, inner in part:
                 pred[np.asarray(bs)[:, None], te[None, :]] = p
                 for b, r2 in zip(bs, inner):
-                    chosen[b].append({"k": int(k), "alpha": float(a), "inner_r2": r2, "layer": li})
+                    chosen[b].append({"k": "all" if k >= FULL else int(k), "alpha": float(a), "inner_r2": r2, "layer": li})
         return pred, chosen
 
     # ------------------------------------------------------------------ public

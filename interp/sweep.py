@@ -107,13 +107,19 @@ def probe_sweep(acts: Any, y: Any, *, texts: Sequence[str] | None = None, baseli
         raise ValueError(f"{len(names)} layer names for {n_layers} layers")
     repeats = max(1, int(repeats))
     g = None
+    dsg = None
     if groups is not None:
+        from interp.grouping import MIN_GROUPS, design
+
         g = np.asarray(list(groups))
         if g.shape[0] != n:
             raise ValueError(f"{g.shape[0]} group labels for {n} targets")
-        if np.unique(g).size < 2 * grid.outer:
-            raise ValueError(f"{np.unique(g).size} prompt groups: grouped {grid.outer}-fold nested CV needs at least "
-                             f"{2 * grid.outer}; give fewer outer folds (grid) or no groups")
+        dsg = design(g, grid)
+        if dsg.groups is None:
+            raise ValueError(f"{np.unique(g).size} prompt groups: a grouped probe needs at least {MIN_GROUPS} (with fewer "
+                             "no fold can hold out a group and leave enough to choose on); give no groups to take the "
+                             "prompts as independent")
+        grid = dsg.grid  # outer and inner folds no more than the groups can fill
     folds_k = None if g is None else grid.outer
 
     def sums(pred: np.ndarray, folds: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +145,7 @@ def probe_sweep(acts: Any, y: Any, *, texts: Sequence[str] | None = None, baseli
         a, b = sums(np.broadcast_to(y.mean(axis=0), y.shape), outer)
         sst.append(b)
         if base is not None:
-            res = LayerSweep([base], grid, s, folds=outer, groups=g).layer(y, 0)
+            res = LayerSweep([base], grid.with_full(), s, folds=outer, groups=g).layer(y, 0)
             sse.setdefault("text", []).append(sums(res.pred, outer)[0])
             if j == 0:
                 first["text"] = res
@@ -167,6 +173,7 @@ def probe_sweep(acts: Any, y: Any, *, texts: Sequence[str] | None = None, baseli
                                  "inner": grid.inner},
                         "baseline": "tf-idf" if texts is not None else ("features" if base is not None else None),
                         "groups": None if g is None else int(np.unique(g).size),
+                        "grouping": None if dsg is None else dsg.fields(),
                         "estimand": ("the expected R^2 of the probe procedure trained on (K-1)/K of the prompts"
                                      + ("" if g is None else ", on prompts of groups it was not trained on"))})
     return table

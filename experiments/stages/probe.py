@@ -39,9 +39,10 @@ import numpy as np
 
 from experiments.rundir import RunDir, derive_seed, reading, safe_name, writing
 from experiments.stages.render import read_renders, render_stage, row_key
-from interp.baselines import LEXICAL, freedman_lane, lexical_features
-from interp.intervals import (DEFAULT_REPEATS, Interval, cluster_sums, delta_interval, fold_sums, r2_interval, repeat_seed,
-                              test_over_train)
+from interp.baselines import LEXICAL, beyond_outcome, freedman_lane, lexical_features
+from interp.intervals import (DEFAULT_REPEATS, NO_SIGNAL, Interval, at_the_mean, cluster_sums, delta_interval, fold_sums,
+                              r2_interval, repeat_seed, test_over_train)
+from interp.grouping import ESTIMANDS, VERDICT_SCOPE, design, moved_share
 from interp.probes import (Grid, LayerSweep, benjamini_hochberg, carries_variance, occupancy, p_missing, perm_p, permutations,
                            split_half_ceiling)
 from interp.prompts import items_by_id
@@ -298,29 +299,26 @@ class _Sums:
     """Fold sums of every probe over the partitions of the repeated CV: key -> lists over partitions of the folds'
     SSE and SST (interp.intervals)."""
 
-    def __init__(self, outer: int) -> None:
+    def __init__(self) -> None:
         self.sse: dict[tuple[Any, ...], list[np.ndarray]] = {}
         self.sst: dict[tuple[str, ...], list[np.ndarray]] = {}
-        self.outer = outer
-        self.grouped: dict[str, bool] = {}  #: target -> whether its sums are the groups' (interp.intervals.cluster_sums)
+        #: target -> K of its grouped interval (the grouping design's outer folds), None for fold-level sums
+        self.folds: dict[str, int | None] = {}
 
     def add(self, key: tuple[Any, ...], target: str, y: np.ndarray, pred: np.ndarray, folds: Any,
             groups: np.ndarray | None = None) -> None:
-        self.grouped[target] = groups is not None
         sse, sst = fold_sums(y, pred, folds) if groups is None else cluster_sums(y, pred, groups)
         self.sse.setdefault((target, *key), []).append(sse)
         if key[0] == "text":  # one SST per target and partition (every probe of a target shares its prompts)
             self.sst.setdefault((target,), []).append(sst)
 
     def r2(self, key: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
-        return r2_interval(np.stack(self.sse[(target, *key)]), np.stack(self.sst[(target,)]), n, ratio, folds=self._folds(target))
+        return r2_interval(np.stack(self.sse[(target, *key)]), np.stack(self.sst[(target,)]), n, ratio,
+                           folds=self.folds.get(target))
 
     def delta(self, a: tuple[Any, ...], b: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
         return delta_interval(np.stack(self.sse[(target, *a)]), np.stack(self.sse[(target, *b)]),
-                              np.stack(self.sst[(target,)]), n, ratio, folds=self._folds(target))
-
-    def _folds(self, target: str) -> int | None:
-        return self.outer if self.grouped.get(target) else None
+                              np.stack(self.sst[(target,)]), n, ratio, folds=self.folds.get(target))
 
 
 def _interval_fields(iv: Interval, value: str) -> dict[str, Any]:
@@ -353,20 +351,20 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             lex = lexical_features(_texts(run, task, t.ids))
             per_pos = {pos: [st.layer(layer, pos)[index] for layer in range(n_layers)] for pos in positions}
             emb_mean = st.embed_mean(index)  # None for a store captured before issue 19
-            g, note = usable_groups(prompt_groups(run, task, t.ids), grid)
-            if note:
-                say(f"{name} {task}: {note}")
-            features[key] = {"lexical": lex, "pos": per_pos, "emb_mean": emb_mean, "groups": g, "grouping_note": note}
+            d = design(prompt_groups(run, task, t.ids), grid)
+            if d.note:
+                say(f"{name} {task}: {d.note}")
+            features[key] = {"lexical": lex, "pos": per_pos, "emb_mean": emb_mean, "groups": d.groups, "design": d}
 
     def sweeps(j: int) -> dict[tuple[str, ...], dict[str, Any]]:
         seed = repeat_seed(s.seed, j)
         out = {}
         for key, f in features.items():
-            g = f["groups"]
-            lex = {b: LayerSweep([x], grid, seed, groups=g) for b, x in f["lexical"].items()}
+            g, fg = f["groups"], f["design"].grid
+            lex = {b: LayerSweep([x], fg.with_full(), seed, groups=g) for b, x in f["lexical"].items()}
             if f["emb_mean"] is not None:
-                lex["embedding-mean"] = LayerSweep([f["emb_mean"]], grid, seed, groups=g)
-            out[key] = {"lex": lex, "pos": {pos: LayerSweep(xs, grid, seed, groups=g) for pos, xs in f["pos"].items()}}
+                lex["embedding-mean"] = LayerSweep([f["emb_mean"]], fg, seed, groups=g)
+            out[key] = {"lex": lex, "pos": {pos: LayerSweep(xs, fg, seed, groups=g) for pos, xs in f["pos"].items()}}
         return out
 
     headline = ("own", "shared", "specific")
@@ -374,7 +372,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
 
     units = bar((max(1, s.repeats) + 1) * len(tsets) * len(st.positions), f"probes {name} {task}", "target x position",
                 leave=False)
-    sums = _Sums(grid.outer)
+    sums = _Sums()
     first: dict[tuple[Any, ...], Any] = {}  # the study's own partition's results, for the rows' point estimates
     kept: dict[tuple[str, ...], dict[str, Any]] = {}
     for j in range(max(1, s.repeats)):
@@ -386,6 +384,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             sw = sw_all[tuple(t.ids)]
             folds = next(iter(sw["pos"].values())).outer
             g = features[tuple(t.ids)]["groups"]
+            sums.folds[t.name] = features[tuple(t.ids)]["design"].interval_folds
             lex = {b: x.layer(t.y, 0) for b, x in sw["lex"].items()}
             for b, res in lex.items():
                 sums.add(("text" if b == "tfidf" else "lexical", b), t.name, t.y, res.pred, folds, g)
@@ -408,11 +407,10 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
         del sw_all
     for t in tsets:
         f, sw = features[tuple(t.ids)], kept[tuple(t.ids)]
-        ratio = test_over_train(len(t.ids), grid.outer)
+        dsg = f["design"]
+        ratio = test_over_train(len(t.ids), dsg.grid.outer)
         g = f["groups"]
-        tb = {**base, "target": t.name, "n_prompts": len(t.ids), "repeats": max(1, s.repeats), **_grouping(g)}
-        if f["grouping_note"]:
-            tb["grouping_note"] = f["grouping_note"]
+        tb = {**base, "target": t.name, "n_prompts": len(t.ids), "repeats": max(1, s.repeats), **dsg.fields()}
         if t.contributors is not None:
             tb["shared_models"] = sorted(t.contributors)
         if t.half_a is not None and t.name in headline:
@@ -436,7 +434,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                 row = {**tb, "features": "resid", "layer": layer, "position": pos, "r2": json_number(res.r2),
                        **_interval_fields(sums.r2(("resid", pos, layer), t.name, len(t.ids), ratio), "r2"), "chosen": res.chosen}
                 if t.name == "own" and s.n_perm_layers and np.isfinite(res.r2):
-                    perms = permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"), g)
+                    perms = dsg.permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"))
                     null = lsweep.permuted_r2(t.y, perms, layers=[layer])
                     row.update(**p_fields("p_perm", null, res.r2), null_mean=_null_mean(null), n_perm=s.n_perm_layers)
                 rows.append(row)
@@ -451,11 +449,14 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                     "r2_resid": json_number(best.r2), "r2_text": json_number(text.r2), "delta_mean": json_number(div.value),
                     "delta_ci": [json_number(div.lo), json_number(div.hi)], "se": json_number(div.se),
                     "n_perm": s.n_perm, "p_perm": None, "chosen_layers": [c["layer"] for c in best.chosen]}
+            if at_the_mean(t.y, best.pred, lsweep.outer) and at_the_mean(t.y, text.pred, lsweep.outer):
+                drow.update(signal=NO_SIGNAL, delta_ci=[None, None])
             if s.n_perm and np.isfinite(delta):
                 pseed = derive_seed(s.seed, name, task, t.name, pos, "delta-perm")
-                perms = permutations(len(t.ids), s.n_perm, pseed, g)
+                perms = dsg.permutations(len(t.ids), s.n_perm, pseed)
                 null = lsweep.permuted_r2(t.y, perms) - sw["lex"]["tfidf"].permuted_r2(t.y, perms)
-                drow.update(**p_fields("p_perm", null, delta), null_mean=_null_mean(null), perm_seed=pseed)
+                drow.update(**p_fields("p_perm", null, delta), null_mean=_null_mean(null), perm_seed=pseed,
+                            **_moved(g, perms))
             if g is not None:
                 drow["paper"] = _paper_delta(f, t, pos, grid, s, name, task)
             rows.append(drow)
@@ -484,11 +485,19 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
     bres = bsweep.layer(t.y, 0)
     delta = best.r2 - bres.r2
     iv = sums.delta(("resid", pos, "best"), cands[top], t.name, len(t.ids), ratio)
+    # how much of what the probe decodes the text features read when they are given it without noise (the probe's
+    # out-of-fold predictions as their targets): near 1, the decoded layout is a reading of these text features that
+    # the activations make more exactly than a baseline learns it from noisy targets, not a plan (issue 39)
+    readable = {b: (lsweep if b == "embedding@position" else sw["lex"][b]).layer(best.pred, 0).r2 for b in order}
+    by = max(order, key=lambda b: (round(readable[b], 9) if np.isfinite(readable[b]) else -np.inf, -order.index(b)))
     row = {**tb, "features": "beyond_text", "layer": "best", "position": pos, "baseline": top,
-           "baselines": {b: json_number(v) for b, v in r2s.items()}, "r2_resid": json_number(best.r2),
+           "baselines": {b: json_number(v) for b, v in r2s.items()}, "compared_with": order,
+           "r2_resid": json_number(best.r2),
            "r2_baseline": json_number(bres.r2), "delta_beyond": json_number(delta), "delta_mean": json_number(iv.value),
            "delta_ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se), "n_perm": s.perms_beyond,
-           "p_fl": None}
+           "p_fl": None, "text_readable": json_number(readable[by]), "text_readable_by": by}
+    if at_the_mean(t.y, best.pred, lsweep.outer) and at_the_mean(t.y, bres.pred, lsweep.outer):
+        row.update(signal=NO_SIGNAL, delta_ci=[None, None])
     if excluded:
         row["excluded_baselines"] = excluded
     if f["emb_mean"] is None:
@@ -500,16 +509,52 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
         # not: a text-only target on real activations was "beyond the text" in 30-50% of data sets
         fitted = bres.pred
         pseed = derive_seed(s.seed, name, task, t.name, pos, "beyond-text-perm")
+        perms = f["design"].permutations(len(t.ids), s.perms_beyond, pseed)
         p, null = freedman_lane(lsweep, _OneLayer(bsweep, blayers), fitted, t.y, delta, s.perms_beyond, pseed,
-                                groups=f["groups"])
-        row.update(**p_fields("p_fl", null, delta), null_mean=_null_mean(null), perm_seed=pseed)
+                                perms=perms)
+        row.update(**p_fields("p_fl", null, delta), null_mean=_null_mean(null), perm_seed=pseed, **_moved(f["groups"], perms))
     return row
 
 
-#: what a grouped row's statistics estimate, and what the paper's procedure's number estimates (docs/probes.md)
-ESTIMANDS = {"groups": "new prompts of new groups (layout: of subcategories the probe was not trained on)",
-             "none": "new prompts like these (prompts taken as independent)",
-             "paper": "new prompts of the same groups (prompt-level folds and permutations: the paper's procedure)"}
+def delta_verdict(r: dict[str, Any]) -> str:
+    """The headline Delta row's verdict, in the words its procedure allows (interp.grouping.VERDICT_SCOPE): the one
+    rule the report and the CLI print. Significant means q < 0.05 and the interval above 0."""
+    if r.get("signal") == NO_SIGNAL:
+        return NO_SIGNAL
+    proc = r.get("grouping", "none")
+    scope = VERDICT_SCOPE.get(proc, VERDICT_SCOPE["none"])
+    q, lo = r.get("q_bh"), (r.get("delta_ci") or [None])[0]
+    if q is None:
+        return "no test (no permutations)"
+    sig = q < 0.05 and lo is not None and lo > 0
+    if proc == "too-few-groups":
+        return (f"associated with the layout above the TF-IDF baseline {scope}" if sig
+                else f"not shown above the TF-IDF baseline ({scope})")
+    return f"decodable above the text baseline {scope}" if sig else "not shown above the text baseline at this power"
+
+
+def beyond_verdict(r: dict[str, Any]) -> str:
+    """The beyond-text row's verdict (`interp.baselines.beyond_outcome` decides; this says it): it names the text
+    features it was compared with, never "the text"."""
+    feats = ", ".join(r.get("compared_with") or [r.get("baseline", "?")])
+    scope = VERDICT_SCOPE.get(r.get("grouping", "none"), VERDICT_SCOPE["none"])
+    outcome = beyond_outcome(r.get("q_bh", r.get("p_fl")), (r.get("delta_ci") or [None])[0], r.get("text_readable"),
+                             r.get("signal") == NO_SIGNAL)
+    readable = r.get("text_readable")
+    share = "?" if readable is None else f"{max(0.0, readable):.0%}"
+    return {"beyond": f"beyond these text features ({feats}) {scope}; they reproduce {share} of what the probe decodes",
+            "reads-text": f"reads these text features more exactly than the baselines learn them (they reproduce {share} "
+                          f"of what the probe decodes, {r.get('text_readable_by')} best): a reading of the text, not "
+                          "evidence of a plan",
+            "not-shown": f"not shown beyond these text features ({feats})",
+            "no-signal": NO_SIGNAL,
+            "no-test": "no test (no permutations)"}[outcome]
+
+
+def _moved(groups: np.ndarray | None, perms: np.ndarray) -> dict[str, Any]:
+    """The row field with the share of rows a permutation moved to another group (grouped rows only)."""
+    share = moved_share(groups, perms)
+    return {} if share is None else {"perm_moved_share": json_number(share)}
 
 
 def prompt_groups(run: Any, task: str, ids: list[str]) -> np.ndarray | None:
@@ -529,34 +574,13 @@ def prompt_groups(run: Any, task: str, ids: list[str]) -> np.ndarray | None:
     return np.array([g if g else f"prompt:{p}" for g, p in zip(labels, ids)])
 
 
-def usable_groups(g: np.ndarray | None, grid: Grid) -> tuple[np.ndarray | None, str | None]:
-    """The groups if grouped nested CV can run on them (at least 2 x outer groups, as prompts need, and `inner`
-    groups in every outer training set), else None with the reason (the rows then say the prompts were taken as
-    independent, and what that estimand is)."""
-    if g is None:
-        return None, None
-    count = int(np.unique(g).size)
-    need = max(2 * grid.outer, int(np.ceil(grid.inner * grid.outer / (grid.outer - 1))))
-    if count < need:
-        return None, (f"only {count} prompt groups, {need} needed for grouped {grid.outer}x{grid.inner}-fold nested CV: "
-                      "folds, permutations and intervals take the prompts as independent")
-    return g, None
-
-
-def _grouping(g: np.ndarray | None) -> dict[str, Any]:
-    """The row fields that say which grouping the row's folds, permutations and intervals used."""
-    if g is None:
-        return {"grouping": "none", "estimand": ESTIMANDS["none"]}
-    return {"grouping": "groups", "n_groups": int(np.unique(g).size), "estimand": ESTIMANDS["groups"]}
-
-
 def _paper_delta(f: dict[str, Any], t: TargetSet, pos: str, grid: Grid, s: ProbeSettings, name: str, task: str
                  ) -> dict[str, Any]:
     """The headline Delta by the paper's procedure on grouped prompts (prompt-level folds and permutations): kept for
     comparability with the paper, labelled; it answers "new prompts of the same groups", and its permutation test
     is not calibrated when groups share a layout (issue 28: p <= 0.05 in 92% of data sets under a family null)."""
     probe = LayerSweep(f["pos"][pos], grid, s.seed)
-    text = LayerSweep([f["lexical"]["tfidf"]], grid, s.seed)
+    text = LayerSweep([f["lexical"]["tfidf"]], grid.with_full(), s.seed)
     r2p, r2t = probe.best(t.y).r2, text.layer(t.y, 0).r2
     out: dict[str, Any] = {"procedure": "the paper's: prompt-level folds and permutations, groups ignored",
                            "estimand": ESTIMANDS["paper"], "delta_r2": json_number(r2p - r2t),
@@ -599,20 +623,26 @@ class _OneLayer:
 
 
 def _adjust(rows: list[dict[str, Any]]) -> None:
-    """BH q-values: per-layer permuted-target rows over the whole run; headline Delta tests per family
-    (task, target, position) across models, one test per model, as the paper corrects."""
+    """BH q-values: per-layer permuted-target rows over the whole run; and one family per question (issue 39): every
+    headline Delta test of a task (each model, target and position: the report's verdict on that task draws on any of
+    them) and, apart, every beyond-text test of a task. Before, a family was one (task, target, position) with one test
+    per model, so under a global null with 3 positions some position showed q <= .05 far more often than 5%."""
     layer_rows = [r for r in rows if r.get("features") == "resid" and "p_perm" in r]
     for r, q in zip(layer_rows, benjamini_hochberg([r["p_perm"] for r in layer_rows])):
         r["q_bh"] = round(q, 6)
-    for features, p in (("delta", "p_perm"), ("beyond_text", "p_fl")):
-        families: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for features, p, what in (("delta", "p_perm", "Delta test"), ("beyond_text", "p_fl", "beyond-text test")):
+        families: dict[str, list[dict[str, Any]]] = {}
         for r in rows:
             if r.get("features") == features and r.get(p) is not None:
-                families.setdefault((r["task"], r["target"], r["position"]), []).append(r)
-        for (task, target, pos), fam in families.items():
+                families.setdefault(r["task"], []).append(r)
+        for task, fam in families.items():
+            models = len({r["model"] for r in fam})
+            targets = sorted({r["target"] for r in fam})
+            positions = sorted({r["position"] for r in fam})
             for r, q in zip(fam, benjamini_hochberg([r[p] for r in fam])):
                 r["q_bh"] = round(q, 6)
-                r["bh_family"] = (f"one test per model ({len(fam)} models): task {task}, target {target}, position {pos}")
+                r["bh_family"] = (f"every {what} of task {task}: {len(fam)} tests ({models} model(s); targets "
+                                  f"{', '.join(targets)}; positions {', '.join(positions)})")
 
 
 def sweep_table(rows: list[dict[str, Any]], model: str, task: str, targets: tuple[str, ...]) -> Any:

@@ -37,9 +37,10 @@ from typing import Any, Callable
 import numpy as np
 
 from experiments.rundir import RunDir, derive_seed, writing
-from experiments.stages.probe import (ProbeSettings, prompt_groups, usable_groups, consensus, json_number, open_stores,
+from experiments.stages.probe import (ProbeSettings, prompt_groups, consensus, json_number, open_stores,
                                       percentile_ci, target_sets)
 from experiments.stages.render import read_renders, render_stage
+from interp.grouping import design
 from interp.probes import Grid, LayerSweep, bootstrap_counts, weighted_r2
 
 _PROBE = ProbeSettings()
@@ -145,9 +146,9 @@ def _task(task: str, targets: dict[str, dict[str, dict[str, Any]]], stores: dict
                     index = [rowmap[p] for p in t.ids]
                     # the probe stage's folds: grouped when its prompts have enough groups (issue 28), so that a
                     # cell equals the stage's `layer: best` row
-                    groups = usable_groups(prompt_groups(rd, task, t.ids), grid)[0] if rd is not None else None
-                    sweeps[key] = LayerSweep([st.layer(layer, pos)[index] for layer in range(st.shape[1])], grid, s.seed,
-                                             groups=groups)
+                    dsg = design(prompt_groups(rd, task, t.ids) if rd is not None else None, grid)
+                    sweeps[key] = LayerSweep([st.layer(layer, pos)[index] for layer in range(st.shape[1])], dsg.grid,
+                                             s.seed, groups=dsg.groups)
                 best = sweeps[key].best(t.y)
                 target = name if t.name == "own" else t.name.split(":", 1)[1]
                 fits.setdefault(pos, {})[(name, target)] = {"ids": t.ids, "y": t.y, "pred": best.pred, "r2": best.r2,

@@ -45,7 +45,7 @@ def test_the_word_order_baseline_reads_a_word_order_target_that_bags_cannot():
     docs/probes.md, what "beyond the text" excludes.)"""
     pop = Population("text-order", **TEXT)
     right = beyond_text_replications(pop, 80, 4, GRID, 19)
-    broken = beyond_text_replications(pop, 80, 4, GRID, 19, without=("word-order", "word-positions"))
+    broken = beyond_text_replications(pop, 80, 4, GRID, 19, without=("word-order", "word-positions", "word-places"))
     assert all(r["baseline"] == "word-order" and r["beyond"] < 0.05 for r in right), right
     assert all(r["beyond"] > 0.2 for r in broken), broken
 

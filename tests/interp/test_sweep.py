@@ -164,9 +164,16 @@ def test_groups_keep_families_out_of_the_training_folds():
     assert paper.loc[0, "r2"] > 0.25 and paper.loc[0, "lo"] > 0.05  # measured 0.356 [0.137, 0.576]; grouped 0.061 [-0.197, 0.298]
 
 
-def test_too_few_groups_is_one_sentence():
-    acts, y, fam = families(n_fam=6)
-    with pytest.raises(ValueError, match="prompt groups"):
+def test_few_groups_take_the_folds_they_can_fill_and_too_few_are_one_sentence():
+    """Issue 39: 5 groups run grouped with the folds 5 groups can fill (5 outer of one group, 3 inner in the 4 groups
+    left), and say so; below interp.grouping.MIN_GROUPS no grouped probe can run, which is one sentence, never a
+    prompt-level table."""
+    acts, y, fam = families(n_fam=5)
+    table = probe_sweep(acts, y, grid=Grid(SMALL.pca, SMALL.alphas, outer=5, inner=5), groups=fam)
+    assert table.attrs["groups"] == 5 and table.attrs["grouping"]["folds"] == "5x4", table.attrs
+    assert table.attrs["grid"]["inner"] == 4 and "5x4-fold" in table.attrs["grouping"]["grouping_note"]
+    acts, y, fam = families(n_fam=3)
+    with pytest.raises(ValueError, match="3 prompt groups: a grouped probe needs at least 4"):
         probe_sweep(acts, y, grid=SMALL, groups=fam)
     with pytest.raises(ValueError, match="group labels"):
         probe_sweep(acts, y, grid=SMALL, groups=fam[:-1])
