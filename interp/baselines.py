@@ -203,6 +203,57 @@ def beyond_outcome(p: float | None, lo: float | None, readable: float | None, no
     return "not-shown"
 
 
+#: columns a screened baseline keeps: the ones most associated with the targets in the training rows (issue 39: a
+#: Boolean function of two words is a few of hundreds of pair columns; under one ridge penalty it is drowned even
+#: with noise-free targets, and screening finds it)
+SCREEN = (4, 16)
+
+
+def screened_predictions(x: np.ndarray, t: np.ndarray, grid, folds: Sequence[tuple[np.ndarray, np.ndarray]],
+                         groups: np.ndarray | None = None, keep: int = 16) -> np.ndarray:
+    """Out-of-fold predictions of targets t [n, C] from the `keep` columns of x most associated with t (the sum over
+    outputs of the squared correlation, on each outer fold's training rows only), ridge with every component and the
+    penalty chosen by the inner folds (`grid`)."""
+    from interp.probes import LayerSweep, _scale
+
+    x = np.asarray(x, dtype=np.float64)
+    t = np.asarray(t, dtype=np.float64)
+    pred = np.zeros_like(t)
+    for tr, te in folds:
+        mu, sd = _scale(x[tr])
+        z = (x[tr] - mu) / sd
+        tc = t[tr] - t[tr].mean(axis=0)
+        tn = tc / np.maximum(np.linalg.norm(tc, axis=0), 1e-300)
+        score = ((z.T @ tn) ** 2).sum(axis=1)
+        # scores within 1e-9 of each other are ties, taken in column order: equal columns (two words that always come
+        # together) score equal up to rounding that a BLAS kernel or thread count moves, and must not pick by it
+        key = np.round(score / max(float(score.max(initial=0.0)), 1e-300), 9)
+        cols = np.argsort(-key, kind="stable")[: min(keep, x.shape[1])]
+        sub = LayerSweep([x[:, cols]], grid.with_full(), 0, folds=[(tr, te)],
+                         groups=None if groups is None else np.asarray(groups))
+        pred[te] = sub.layer(t, 0).pred[te]
+    return pred
+
+
+def readable_share(probe_pred: np.ndarray, features: dict[str, np.ndarray], sweeps: dict[str, object], grid,
+                   folds: Sequence[tuple[np.ndarray, np.ndarray]], groups: np.ndarray | None = None
+                   ) -> tuple[float, str, dict[str, float]]:
+    """How much of what a probe decodes the text features reproduce: per baseline, the best cross-validated R^2 with
+    the probe's out-of-fold predictions as its targets, from the whole design (`sweeps[name]`, the baseline's own
+    sweep on the same folds) or from its SCREEN most associated columns; (the best share, its baseline, every
+    baseline's share). Near 1: the decoded layout is a reading of these text features (READABLE_MAX)."""
+    from interp.probes import pooled_r2
+
+    shares = {}
+    for name, x in features.items():
+        best = sweeps[name].layer(probe_pred, 0).r2
+        for keep in SCREEN:
+            best = max(best, pooled_r2(probe_pred, screened_predictions(x, probe_pred, grid, folds, groups, keep)))
+        shares[name] = float(best)
+    top = max(shares, key=lambda b: (round(shares[b], 9) if np.isfinite(shares[b]) else -np.inf, -list(shares).index(b)))
+    return shares[top], top, shares
+
+
 def fitted_values(x: np.ndarray, y: np.ndarray, grid, seed: int, groups: np.ndarray | None = None) -> np.ndarray:
     """The baseline's fitted values on every prompt: (k, alpha) chosen by K-fold CV over all prompts (the probe's
     inner criterion), then one fit on all of them."""
@@ -238,5 +289,5 @@ def freedman_lane(probe, baseline, fitted: np.ndarray, y: np.ndarray, observed: 
     return perm_p(null, observed), null
 
 
-__all__ = ["LEXICAL", "OUTCOMES", "READABLE_MAX", "READS", "beyond_outcome", "fitted_values", "freedman_lane", "lexical_features", "word_count", "word_pairs", "word_places",
+__all__ = ["LEXICAL", "OUTCOMES", "READABLE_MAX", "READS", "SCREEN", "beyond_outcome", "readable_share", "screened_predictions", "fitted_values", "freedman_lane", "lexical_features", "word_count", "word_pairs", "word_places",
            "word_positions"]

@@ -20,8 +20,9 @@ would. What each kind plants:
   target's text effect is that place (linear), and every layer holds the words and the place along one direction.
 - `text-count` (issue 39): a prompt holds `words` - 3 .. `words` + 3 words; the target's text effect is the word
   count and its parity (half each), and every layer holds both along two directions.
-- `text-cooccur` (issue 39): markers `ma` and `mb` each in half of the prompts, at uniform places; the target's
-  text effect is their XOR (exactly one of them present), and every layer holds that XOR along one direction.
+- `text-cooccur` (issue 39): markers `ma` and `mb` each in half of the prompts (else their stand-ins `fa`, `fb`, so
+  that the word count says nothing), at uniform places; the target's text effect is their XOR (exactly one of them
+  present), and every layer holds that XOR along one direction.
   These four are text-only: nothing is beyond the text, and the activations read the feature more exactly than a
   baseline can learn it from noisy targets.
 
@@ -130,11 +131,10 @@ class Population:
                     raw.append([at])
                 elif self.kind == "text-count":
                     raw.append([len(ws), len(ws) % 2])
-                else:
+                else:  # a marker or its stand-in in each of two slots: the word count says nothing of the markers
                     has = rng.random(2) < 0.5
                     for m, h in zip(("ma", "mb"), has):
-                        if h:
-                            ws.insert(int(rng.integers(0, len(ws) + 1)), m)
+                        ws.insert(int(rng.integers(0, len(ws) + 1)), m if h else "f" + m[1])
                     raw.append([float(has[0] != has[1])])
                 texts.append(" ".join(ws))
             f = np.asarray(raw, dtype=np.float64)
@@ -325,7 +325,7 @@ def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarr
     before issue 28, kept as the broken variant). `without`: baselines left out (a broken variant).
     `baseline_grid`: "full" (the stage's) or "pca" (the baselines on the probe's PCA grid only: the broken variant
     of issue 39)."""
-    from interp.baselines import fitted_values, freedman_lane, lexical_features
+    from interp.baselines import fitted_values, freedman_lane, lexical_features, readable_share
     from interp.grouping import design
     from interp.probes import LayerSweep, carries_variance
 
@@ -344,10 +344,10 @@ def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarr
     fit = res[top].pred if fitted == "cross" else fitted_values(feats[top], y, bgrid, seed)
     perms = dsg.permutations(len(y), n_perm, seed)
     p_fl, _ = freedman_lane(probe, sweeps[top], fit, y, rp - r2[top], n_perm, seed, perms=perms)
-    readable = {k: sw.layer(best.pred, 0).r2 for k, sw in sweeps.items()}
+    readable, readable_by, _ = readable_share(best.pred, feats, sweeps, bgrid, probe.outer, dsg.groups)
     return {"baseline": top, "r2_baseline": r2[top], "r2_probe": rp, "beyond": rp - r2[top], "p_fl": p_fl,
-            "baselines": r2, "text_readable": max(readable.values()), "probe": probe, "sweeps": sweeps,
-            "design": dsg}
+            "baselines": r2, "text_readable": readable, "text_readable_by": readable_by, "probe": probe,
+            "sweeps": sweeps, "design": dsg}
 
 
 def organism_prompts(name: str = "random-planner", swapped: bool = False, seed: int = 0) -> tuple[list[Any], np.ndarray]:

@@ -59,6 +59,10 @@ def main() -> None:
     text = (rng.random((n, 400)) < 0.03).astype(np.float64)  # a sparse bag-of-words stand-in
     grid = Grid()
     groups = np.arange(n) % args.groups if args.groups else None
+    from interp.grouping import design
+
+    dsg = design(groups, grid)  # the stage's grouping design (issue 39): folds, and the permutation scheme
+    grid = dsg.grid
     print(f"shape: {n} prompts x {L} layers x d_model {d}, 36 outputs, grid {len(grid.pca)} PCA x {len(grid.alphas)} alphas, "
           f"{grid.outer}x{grid.inner} folds; {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}")
 
@@ -66,14 +70,15 @@ def main() -> None:
     sweep = LayerSweep(xs, grid, seed=0, groups=groups)
     per_layer = [sweep.layer(y, li).r2 for li in range(L)]
     best = sweep.best(y)
-    tsweep = LayerSweep([text], grid, seed=0, groups=groups)
+    tsweep = LayerSweep([text], grid.with_full(), seed=0, groups=groups)  # the stage's baseline grid (issue 39)
     text_r2 = tsweep.layer(y, 0).r2
     t_sweep = time.perf_counter() - t0
     delta = best.r2 - text_r2
     print(f"unpermuted sweep: {t_sweep:.1f} s (best row R^2 {best.r2:.3f}, text {text_r2:.3f}, "
           f"max per-layer {max(per_layer):.3f}, Delta {delta:.3f})")
 
-    perms = permutations(n, args.perms, seed=1, groups=groups)
+    perms = dsg.permutations(n, args.perms, 1)
+    print(f"grouping: {dsg.procedure}, permutations: {dsg.scheme}")
     t0 = time.perf_counter()
     null_act = sweep.permuted_r2(y, perms)
     null_text = tsweep.permuted_r2(y, perms)
@@ -86,7 +91,7 @@ def main() -> None:
 
     # issue 19: the interval of every row (no extra fit: the study's own folds) and the beyond-text test, whose
     # Freedman-Lane permutations refit both probes on fitted values + permuted residuals of the strongest baseline
-    from interp.baselines import fitted_values, freedman_lane
+    from interp.baselines import freedman_lane
     from interp.intervals import delta_interval, fold_sums, test_over_train
 
     t0 = time.perf_counter()
@@ -95,13 +100,13 @@ def main() -> None:
     iv = delta_interval(sse_b[None], sse_t[None], sst[None], n, test_over_train(n, grid.outer))
     t_iv = time.perf_counter() - t0
     t0 = time.perf_counter()
-    p_fl, null_fl = freedman_lane(sweep, tsweep, fitted_values(text, y, grid, 0, groups), y, delta, args.perms, seed=3,
-                                  groups=groups)
+    p_fl, null_fl = freedman_lane(sweep, tsweep, tsweep.layer(y, 0).pred, y, delta, args.perms, seed=3,
+                                  perms=dsg.permutations(n, args.perms, 3))  # cross-fitted values, as the stage
     t_fl = time.perf_counter() - t0
     t_paper = 0.0
     if groups is not None:  # the Delta row's `paper` field: the paper's procedure, prompt-level folds and permutations
         t0 = time.perf_counter()
-        psweep, ptext = LayerSweep(xs, grid, seed=0), LayerSweep([text], grid, seed=0)
+        psweep, ptext = LayerSweep(xs, grid, seed=0), LayerSweep([text], grid.with_full(), seed=0)
         pd = psweep.best(y).r2 - ptext.layer(y, 0).r2
         pp = permutations(n, args.perms, seed=1)
         p_paper = perm_p(psweep.permuted_r2(y, pp) - ptext.permuted_r2(y, pp), pd)

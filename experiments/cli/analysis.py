@@ -37,7 +37,7 @@ def probe(
     """Per-layer, per-position occupancy probes (nested CV) with every control, the headline Delta R^2 and the
     beyond-text test; writes probes.jsonl and plots."""
     from experiments.rundir import RunDir
-    from experiments.stages.probe import TARGET_ATTEMPTS, ProbeError, ProbeSettings, probe_stage
+    from experiments.stages.probe import TARGET_ATTEMPTS, ProbeError, ProbeSettings, beyond_verdict, delta_verdict, probe_stage
 
     for t in tasks or []:
         check_task(t)
@@ -69,11 +69,12 @@ def probe(
         if r.get("features") == "delta":
             typer.echo(f"{r['model']} {r['task']} {r['target']:<8} {r['position']:<8} Delta R^2 {f3(r['delta_r2'])} "
                        f"[{f3(r['delta_ci'][0])}, {f3(r['delta_ci'][1])}] (best {f3(r['r2_resid'])}, text {f3(r['r2_text'])}) "
-                       f"p {f3(r.get('p_perm'))} q {f3(r.get('q_bh'))}")
+                       f"p {f3(r.get('p_perm'))} q {f3(r.get('q_bh'))}: {delta_verdict(r)}")
         elif r.get("features") == "beyond_text":
             typer.echo(f"{r['model']} {r['task']} {r['target']:<8} {r['position']:<8} beyond-text Delta {f3(r['delta_beyond'])} "
                        f"[{f3(r['delta_ci'][0])}, {f3(r['delta_ci'][1])}] (best {f3(r['r2_resid'])}, text ceiling "
-                       f"{r['baseline']} {f3(r['r2_baseline'])}) p {f3(r.get('p_fl'))} q {f3(r.get('q_bh'))}")
+                       f"{r['baseline']} {f3(r['r2_baseline'])}) p {f3(r.get('p_fl'))} q {f3(r.get('q_bh'))}: "
+                       f"{beyond_verdict(r)}")
         elif r.get("kind") in ("ceiling", "skipped", "targets"):
             typer.echo(show(r))
     typer.echo(f"wrote {run / RunDir.PROBES} ({len(rows)} rows) and plots in {run / RunDir.PROBE_PLOTS}")

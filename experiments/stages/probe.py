@@ -39,7 +39,7 @@ import numpy as np
 
 from experiments.rundir import RunDir, derive_seed, reading, safe_name, writing
 from experiments.stages.render import read_renders, render_stage, row_key
-from interp.baselines import LEXICAL, beyond_outcome, freedman_lane, lexical_features
+from interp.baselines import LEXICAL, beyond_outcome, freedman_lane, lexical_features, readable_share
 from interp.intervals import (DEFAULT_REPEATS, NO_SIGNAL, Interval, at_the_mean, cluster_sums, delta_interval, fold_sums,
                               r2_interval, repeat_seed, test_over_train)
 from interp.grouping import ESTIMANDS, VERDICT_SCOPE, design, moved_share
@@ -436,7 +436,8 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                 if t.name == "own" and s.n_perm_layers and np.isfinite(res.r2):
                     perms = dsg.permutations(len(t.ids), s.n_perm_layers, derive_seed(s.seed, name, task, pos, layer, "layer-perm"))
                     null = lsweep.permuted_r2(t.y, perms, layers=[layer])
-                    row.update(**p_fields("p_perm", null, res.r2), null_mean=_null_mean(null), n_perm=s.n_perm_layers)
+                    row.update(**p_fields("p_perm", null, res.r2), null_mean=_null_mean(null), n_perm=s.n_perm_layers,
+                               **_moved(g, perms))
                 rows.append(row)
             best = first[(t.name, pos, "best")]
             rows.append({**tb, "features": "resid", "layer": "best", "position": pos, "r2": json_number(best.r2),
@@ -488,14 +489,15 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
     # how much of what the probe decodes the text features read when they are given it without noise (the probe's
     # out-of-fold predictions as their targets): near 1, the decoded layout is a reading of these text features that
     # the activations make more exactly than a baseline learns it from noisy targets, not a plan (issue 39)
-    readable = {b: (lsweep if b == "embedding@position" else sw["lex"][b]).layer(best.pred, 0).r2 for b in order}
-    by = max(order, key=lambda b: (round(readable[b], 9) if np.isfinite(readable[b]) else -np.inf, -order.index(b)))
+    share, by, _ = readable_share(best.pred, {b: _baseline_x(b, f, pos) for b in order},
+                                  {b: lsweep if b == "embedding@position" else sw["lex"][b] for b in order},
+                                  f["design"].grid, lsweep.outer, f["groups"])
     row = {**tb, "features": "beyond_text", "layer": "best", "position": pos, "baseline": top,
            "baselines": {b: json_number(v) for b, v in r2s.items()}, "compared_with": order,
            "r2_resid": json_number(best.r2),
            "r2_baseline": json_number(bres.r2), "delta_beyond": json_number(delta), "delta_mean": json_number(iv.value),
            "delta_ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se), "n_perm": s.perms_beyond,
-           "p_fl": None, "text_readable": json_number(readable[by]), "text_readable_by": by}
+           "p_fl": None, "text_readable": json_number(share), "text_readable_by": by}
     if at_the_mean(t.y, best.pred, lsweep.outer) and at_the_mean(t.y, bres.pred, lsweep.outer):
         row.update(signal=NO_SIGNAL, delta_ci=[None, None])
     if excluded:
