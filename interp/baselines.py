@@ -193,7 +193,7 @@ def beyond_outcome(p: float | None, lo: float | None, readable: float | None, no
     interval of the beyond-text Delta is above 0 and the text features reproduce less than READABLE_MAX of what the
     probe decodes; `reads-text` when the first two hold but the text features reproduce that much (the activations
     read these text features more exactly than a baseline learns them: no plan is shown); `not-shown` otherwise;
-    `no-signal` when both probes predict the mean; `no-test` without a p-value."""
+    `no-signal` when the activations' probe predicts the mean; `no-test` without a p-value."""
     if no_signal:
         return "no-signal"
     if p is None or not np.isfinite(p):

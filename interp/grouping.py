@@ -77,6 +77,20 @@ class Design:
         return VERDICT_SCOPE[self.procedure]
 
     @property
+    def unpaired(self) -> bool:
+        """Whether Delta intervals take the conservative unpaired bound (fewer than FEW_GROUPS groups)."""
+        from interp.intervals import FEW_GROUPS
+
+        return self.groups is not None and (self.n_groups or 0) < FEW_GROUPS
+
+    def delta_interval(self, sse_a, sse_b, sst, n: int, ratio: float, level: float = 0.95):
+        """The Delta interval this design calls for (paired, or the unpaired bound with few groups)."""
+        from interp.intervals import delta_interval, unpaired_delta_interval
+
+        f = unpaired_delta_interval if self.unpaired else delta_interval
+        return f(sse_a, sse_b, sst, n, ratio, level, folds=self.interval_folds)
+
+    @property
     def interval_folds(self) -> int | None:
         """K for a grouped interval's degrees of freedom (None: the prompt-level interval)."""
         return self.grid.outer if self.groups is not None else None
@@ -97,6 +111,7 @@ class Design:
                        if min(self.sizes) != max(self.sizes) else str(self.sizes[0]))
         if self.groups is not None:
             out["folds"] = f"{self.grid.outer}x{self.grid.inner}"
+            out["delta_interval"] = "unpaired bound (few groups)" if self.unpaired else "paired"
         if self.note:
             out["grouping_note"] = self.note
         return out
@@ -120,6 +135,10 @@ def design(labels: np.ndarray | None, grid: Any) -> Design:
     notes = []
     if (outer, inner) != (grid.outer, grid.inner):
         notes.append(f"{count} groups: {outer}x{inner}-fold grouped nested CV (asked {grid.outer}x{grid.inner})")
+    from interp.intervals import FEW_GROUPS
+
+    if count < FEW_GROUPS:
+        notes.append(f"fewer than {FEW_GROUPS} groups: Delta intervals take the unpaired bound (wider)")
     partner = {s: sizes.count(s) > 1 for s in sizes}
     scheme = "blocks" if all(partner.values()) else "reassign"
     if scheme == "reassign":

@@ -237,7 +237,7 @@ def interval_replications(pop: Population, n: int, reps: int, grid, repeats: int
     """Per simulated data set of n prompts: the probe's (layer chosen inside the folds) and the paper's TF-IDF
     baseline's intervals as the probe stage computes them (`interp.intervals`, `repeats` partitions; the grouping
     design of `interp.grouping`, the baseline on the stage's grid with every component), beside the prompt bootstrap
-    of fixed out-of-fold predictions that the stage used before (issue 19), and whether both probes predict the mean
+    of fixed out-of-fold predictions that the stage used before (issue 19), and whether the probe predicts the mean
     (`at_mean`: the stage reports "no signal" and no Delta interval then). With families and `grouped`: the stage's
     grouped procedure; `grouped=False`: the paper's procedure (prompt-level folds and fold sums), whatever the
     population."""
@@ -268,10 +268,10 @@ def interval_replications(pop: Population, n: int, reps: int, grid, repeats: int
             if j == 0:
                 rec.update(r2=bp.r2, delta=bp.r2 - bt.r2, old_r2=bootstrap_ci(ds.y, bp.pred, n_boot, r),
                            old_delta=delta_bootstrap_ci(ds.y, bp.pred, bt.pred, n_boot, r),
-                           at_mean=at_the_mean(ds.y, bp.pred, probe.outer) and at_the_mean(ds.y, bt.pred, probe.outer))
+                           at_mean=at_the_mean(ds.y, bp.pred, probe.outer))
         folds = dsg.interval_folds
         rec["new_r2"] = r2_interval(np.stack(sse_p), np.stack(sst), n, ratio, folds=folds)
-        rec["new_delta"] = delta_interval(np.stack(sse_p), np.stack(sse_t), np.stack(sst), n, ratio, folds=folds)
+        rec["new_delta"] = dsg.delta_interval(np.stack(sse_p), np.stack(sse_t), np.stack(sst), n, ratio)
         out.append(rec)
     return out
 

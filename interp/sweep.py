@@ -163,7 +163,9 @@ def probe_sweep(acts: Any, y: Any, *, texts: Sequence[str] | None = None, baseli
                    "alpha": tuple(c["alpha"] for c in res.chosen), "text_r2": nan, "text_lo": nan, "text_hi": nan,
                    "delta": nan, "delta_lo": nan, "delta_hi": nan}
             if text_iv is not None:
-                d = delta_interval(np.stack(sse[(pos, li)]), np.stack(sse["text"]), st, n, ratio, level, folds=folds_k)
+                d = (dsg.delta_interval(np.stack(sse[(pos, li)]), np.stack(sse["text"]), st, n, ratio, level)
+                     if dsg is not None else
+                     delta_interval(np.stack(sse[(pos, li)]), np.stack(sse["text"]), st, n, ratio, level, folds=folds_k))
                 row.update(text_r2=float(first["text"].r2), text_lo=text_iv.lo, text_hi=text_iv.hi,
                            delta=float(res.r2 - first["text"].r2), delta_lo=d.lo, delta_hi=d.hi)
             rows.append(row)

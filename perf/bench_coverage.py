@@ -185,7 +185,7 @@ def families(ex, reps: int, n_perm: int, draws: int = 40, chunks: int = 4, paper
                       f"{kept.mean() if kept.size else float('nan'):6.3f} {cov.mean():7.3f} "
                       f"{np.mean([i.hi - i.lo for i in ivs]):6.3f} {np.mean([i.lo > 0 or i.hi < 0 for i in ivs]):6.3f} "
                       f"{np.mean([i.value for i in ivs]):8.3f}")
-    print("  (no sig: both probes predict the mean, the stage reports \"no signal\" and no Delta interval; cover: over the "
+    print("  (no sig: the probe predicts the mean, the stage reports \"no signal\" and no Delta interval; cover: over the "
           "rest; cov all: over every data set)")
     print()
     print(f"headline Delta test (vs TF-IDF), {n_perm} permutations: share of p <= 0.05")

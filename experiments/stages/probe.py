@@ -304,6 +304,7 @@ class _Sums:
         self.sst: dict[tuple[str, ...], list[np.ndarray]] = {}
         #: target -> K of its grouped interval (the grouping design's outer folds), None for fold-level sums
         self.folds: dict[str, int | None] = {}
+        self.designs: dict[str, Any] = {}  #: target -> its grouping design (interp.grouping.Design)
 
     def add(self, key: tuple[Any, ...], target: str, y: np.ndarray, pred: np.ndarray, folds: Any,
             groups: np.ndarray | None = None) -> None:
@@ -317,6 +318,10 @@ class _Sums:
                            folds=self.folds.get(target))
 
     def delta(self, a: tuple[Any, ...], b: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
+        dsg = self.designs.get(target)
+        if dsg is not None:  # the grouping design's interval (the unpaired bound with few groups)
+            return dsg.delta_interval(np.stack(self.sse[(target, *a)]), np.stack(self.sse[(target, *b)]),
+                                      np.stack(self.sst[(target,)]), n, ratio)
         return delta_interval(np.stack(self.sse[(target, *a)]), np.stack(self.sse[(target, *b)]),
                               np.stack(self.sst[(target,)]), n, ratio, folds=self.folds.get(target))
 
@@ -385,6 +390,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             folds = next(iter(sw["pos"].values())).outer
             g = features[tuple(t.ids)]["groups"]
             sums.folds[t.name] = features[tuple(t.ids)]["design"].interval_folds
+            sums.designs[t.name] = features[tuple(t.ids)]["design"]
             lex = {b: x.layer(t.y, 0) for b, x in sw["lex"].items()}
             for b, res in lex.items():
                 sums.add(("text" if b == "tfidf" else "lexical", b), t.name, t.y, res.pred, folds, g)
@@ -450,7 +456,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                     "r2_resid": json_number(best.r2), "r2_text": json_number(text.r2), "delta_mean": json_number(div.value),
                     "delta_ci": [json_number(div.lo), json_number(div.hi)], "se": json_number(div.se),
                     "n_perm": s.n_perm, "p_perm": None, "chosen_layers": [c["layer"] for c in best.chosen]}
-            if at_the_mean(t.y, best.pred, lsweep.outer) and at_the_mean(t.y, text.pred, lsweep.outer):
+            if at_the_mean(t.y, best.pred, lsweep.outer):
                 drow.update(signal=NO_SIGNAL, delta_ci=[None, None])
             if s.n_perm and np.isfinite(delta):
                 pseed = derive_seed(s.seed, name, task, t.name, pos, "delta-perm")
@@ -498,7 +504,7 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
            "r2_baseline": json_number(bres.r2), "delta_beyond": json_number(delta), "delta_mean": json_number(iv.value),
            "delta_ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se), "n_perm": s.perms_beyond,
            "p_fl": None, "text_readable": json_number(share), "text_readable_by": by}
-    if at_the_mean(t.y, best.pred, lsweep.outer) and at_the_mean(t.y, bres.pred, lsweep.outer):
+    if at_the_mean(t.y, best.pred, lsweep.outer):
         row.update(signal=NO_SIGNAL, delta_ci=[None, None])
     if excluded:
         row["excluded_baselines"] = excluded

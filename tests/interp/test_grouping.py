@@ -126,3 +126,19 @@ def test_both_probes_at_the_mean_is_no_signal():
         at_mean[te] = y[tr].mean(axis=0) + 1e-6
     assert at_the_mean(y, at_mean, folds)
     assert not at_the_mean(y, at_mean + 0.05 * y, folds)  # a probe that reads 5% of the targets predicts something
+
+
+def test_few_groups_take_the_unpaired_delta_bound():
+    """Below FEW_GROUPS groups the paired Delta interval undercovered (72-78% at 6 x 25); the design then gives the
+    unpaired bound, wider than the paired interval of the same sums, and its rows say so."""
+    from interp.intervals import delta_interval
+
+    rng = np.random.default_rng(1)
+    sse_a, sse_b, sst = rng.uniform(8, 10, 6), rng.uniform(8, 10, 6), rng.uniform(10, 12, 6)
+    few = design(np.repeat(np.arange(6), 25), Grid())
+    assert few.unpaired and few.fields()["delta_interval"] == "unpaired bound (few groups)"
+    wide = few.delta_interval(sse_a, sse_b, sst, 150, 0.25)
+    paired = delta_interval(sse_a, sse_b, sst, 150, 0.25, folds=5)
+    assert wide.value == paired.value and wide.hi - wide.lo > paired.hi - paired.lo
+    many = design(np.repeat(np.arange(15), 10), Grid())
+    assert not many.unpaired and many.fields()["delta_interval"] == "paired"
