@@ -184,7 +184,7 @@ def lexical_features(texts: Sequence[str]) -> dict[str, np.ndarray]:
 #: direction); a hidden plan gives 0.01-0.1
 READABLE_MAX = 0.5
 #: the outcomes of the beyond-text question, and what each claims
-OUTCOMES = ("beyond", "reads-text", "not-shown", "no-signal", "no-test")
+OUTCOMES = ("beyond", "reads-text", "share-missing", "not-shown", "no-signal", "no-test")
 
 
 def beyond_outcome(p: float | None, lo: float | None, readable: float | None, no_signal: bool = False,
@@ -199,7 +199,9 @@ def beyond_outcome(p: float | None, lo: float | None, readable: float | None, no
     if p is None or not np.isfinite(p):
         return "no-test"
     if p < level and lo is not None and lo > 0:
-        return "beyond" if readable is not None and readable < READABLE_MAX else "reads-text"
+        if readable is None or not np.isfinite(readable):  # never measured: neither a plan nor a reading is shown
+            return "share-missing"
+        return "beyond" if readable < READABLE_MAX else "reads-text"
     return "not-shown"
 
 

@@ -22,10 +22,16 @@ For every model with `RUN/activations/<model>/` (a folder of parts) and every ta
     inside the folds), per position: outer pooled R^2, prompt-bootstrap CI; for the own target a
     permuted-target p (`n_perm_layers` permutations) and BH q over every such row of the run;
   * `features: delta` (the headline, paper Table 3): Delta R^2 = best row - text baseline from the
-    same outer folds, `delta_ci` (paired prompt bootstrap), `p_perm` (permutation test of the best row
-    that refits both probes, layer chosen inside the folds, on every permutation), `q_bh`
-    (Benjamini-Hochberg over the family the paper corrects: one test per model, within each task,
-    target and position; the row names its family), `n_perm`, `n_boot`.
+    same outer folds, `delta_ci` (the corrected K-fold interval, interp/intervals.py), `p_perm`
+    (permutation test of the best row that refits both probes, layer chosen inside the folds, on every
+    permutation), `q_bh` (Benjamini-Hochberg over one family per question: every Delta test of the
+    task; the row names its family), `n_perm`;
+  * `features: beyond_text`: the probe against the strongest text baseline (`compared_with` lists them),
+    Freedman-Lane's `p_fl`, and `text_readable` (how much of what the probe decodes the text features
+    reproduce), which the verdict (`beyond_verdict`) needs below interp.baselines.READABLE_MAX.
+  Every row says which grouping design ran (interp/grouping.py: `grouping`, `estimand`, `permutation`,
+  `folds`, `perm_moved_share`); `delta_verdict` and `beyond_verdict` put a row in the words its procedure
+  allows, the one place the report and the CLI take them from.
 - plots `RUN/probes/<model>-<task>.png` and `...-shared.png`.
 """
 
@@ -533,12 +539,18 @@ def delta_verdict(r: dict[str, Any]) -> str:
     scope = VERDICT_SCOPE.get(proc, VERDICT_SCOPE["none"])
     q, lo = r.get("q_bh"), (r.get("delta_ci") or [None])[0]
     if q is None:
-        return "no test (no permutations)"
+        return _no_test(r, "p_perm")
     sig = q < 0.05 and lo is not None and lo > 0
     if proc == "too-few-groups":
         return (f"associated with the layout above the TF-IDF baseline {scope}" if sig
                 else f"not shown above the TF-IDF baseline ({scope})")
     return f"decodable above the text baseline {scope}" if sig else "not shown above the text baseline at this power"
+
+
+def _no_test(r: dict[str, Any], p: str) -> str:
+    """Why a row has no test: the missing p's recorded reason (a NaN in the null), else no permutations were asked."""
+    why = r.get(f"{p}_missing")
+    return f"no test: {why}" if why else "no test (no permutations)"
 
 
 def beyond_verdict(r: dict[str, Any]) -> str:
@@ -554,9 +566,12 @@ def beyond_verdict(r: dict[str, Any]) -> str:
             "reads-text": f"reads these text features more exactly than the baselines learn them (they reproduce {share} "
                           f"of what the probe decodes, {r.get('text_readable_by')} best): a reading of the text, not "
                           "evidence of a plan",
+            "share-missing": f"the test rejects against these text features ({feats}), but how much of what the probe "
+                             "decodes they reproduce could not be measured: neither a plan nor a reading of the text "
+                             "is claimed",
             "not-shown": f"not shown beyond these text features ({feats})",
             "no-signal": NO_SIGNAL,
-            "no-test": "no test (no permutations)"}[outcome]
+            "no-test": _no_test(r, "p_fl")}[outcome]
 
 
 def _moved(groups: np.ndarray | None, perms: np.ndarray) -> dict[str, Any]:

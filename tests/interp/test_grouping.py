@@ -142,3 +142,16 @@ def test_few_groups_take_the_unpaired_delta_bound():
     assert wide.value == paired.value and wide.hi - wide.lo > paired.hi - paired.lo
     many = design(np.repeat(np.arange(15), 10), Grid())
     assert not many.unpaired and many.fields()["delta_interval"] == "paired"
+
+
+def test_an_unmeasured_share_or_a_missing_p_is_said_as_such():
+    """Found by the attack on issue 39: a share that was never measured (None, NaN) read as "a reading of the text", and
+    a p missing because its null held a NaN read as "no permutations"."""
+    row = {"features": "beyond_text", "q_bh": 0.001, "delta_ci": [0.05, 0.2], "grouping": "groups",
+           "compared_with": ["tfidf"], "text_readable": None}
+    assert beyond_outcome(0.01, 0.1, None) == beyond_outcome(0.01, 0.1, float("nan")) == "share-missing"
+    said = beyond_verdict(row)
+    assert "could not be measured" in said and "reading of the text" not in said.split("neither")[0]
+    why = "3 of 99 null statistics are not finite (a refit produced NaN): no p-value rests on a broken null"
+    assert delta_verdict(_row(q_bh=None, p_perm=None, p_perm_missing=why)) == f"no test: {why}"
+    assert delta_verdict(_row(q_bh=None, p_perm=None)) == "no test (no permutations)"
