@@ -242,7 +242,7 @@ def interval_replications(pop: Population, n: int, reps: int, grid, repeats: int
     grouped procedure; `grouped=False`: the paper's procedure (prompt-level folds and fold sums), whatever the
     population."""
     from interp.grouping import design
-    from interp.intervals import at_the_mean, cluster_sums, delta_interval, fold_sums, r2_interval, repeat_seed, test_over_train
+    from interp.intervals import at_the_mean, cluster_sums, fold_sums, r2_interval, repeat_seed, test_over_train
     from interp.probes import LayerSweep, bootstrap_ci, delta_bootstrap_ci, tfidf_features
 
     out = []

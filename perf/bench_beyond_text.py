@@ -30,6 +30,8 @@ def main() -> None:
     ap.add_argument("--perms", type=int, default=99)
     ap.add_argument("--position", default="last")
     ap.add_argument("--plan-sets", type=int, default=20)
+    ap.add_argument("--grid", choices=("stage", "reduced"), default="stage",
+                    help="stage: the probe stage's grid (issue 39, default); reduced: PCA 4..32, 3 inner folds (before)")
     a = ap.parse_args()
     from threadpoolctl import threadpool_limits
 
@@ -38,7 +40,10 @@ def main() -> None:
                                  organism_prompts, word_targets)
 
     t0, load0 = time.time(), os.getloadavg()[0]
-    grid = Grid(pca=(4, 8, 16, 32), outer=5, inner=3)
+    from experiments.stages.probe import ProbeSettings
+    from interp.baselines import READABLE_MAX
+
+    grid = ProbeSettings().grid if a.grid == "stage" else Grid(pca=(4, 8, 16, 32), outer=5, inner=3)
     rows = []
     with threadpool_limits(1):
         for target, swapped in (("one word (teal)", False), ("word order (place before time)", True)):
@@ -51,17 +56,22 @@ def main() -> None:
                        for r, y in enumerate(word_targets(feature, count, seed=11))]
                 rows.append((target, fitted, got))
         plan = beyond_text_replications(Population("planted", seed=1, vocab=20, words=4, relevant=2, text_share=0.3,
-                                                   act_noise=0.3), 80, a.plan_sets, Grid(pca=(2, 4, 8, 16, 32)), a.perms)
-    print(f"beyond-text test on the random planner's activations at `{a.position}` (208 prompts), {a.perms} permutations")
-    print(f"{'target':32s} {'fitted values':13s} {'sets':>5s} {'p<=.05':>7s} {'mean beyond':>11s} {'ceilings'}")
+                                                   act_noise=0.3), 80, a.plan_sets, grid, a.perms)
+    print(f"beyond-text test on the random planner's activations at `{a.position}` (208 prompts), {a.perms} permutations; "
+          f"grid: {a.grid}; verdict 'beyond these text features' = p <= 0.05 and text-readable share < {READABLE_MAX}")
+    print(f"{'target':32s} {'fitted values':13s} {'sets':>5s} {'p<=.05':>7s} {'verdict':>7s} {'mean beyond':>11s} {'ceilings'}")
     for target, fitted, got in rows:
         tops = {}
         for g in got:
             tops[g["baseline"]] = tops.get(g["baseline"], 0) + 1
-        print(f"{target:32s} {fitted:13s} {len(got):5d} {np.mean([g['p_fl'] <= 0.05 for g in got]):7.3f} "
+        if not got:
+            continue
+        verdict = np.mean([g["p_fl"] <= 0.05 and g["text_readable"] < READABLE_MAX for g in got])
+        print(f"{target:32s} {fitted:13s} {len(got):5d} {np.mean([g['p_fl'] <= 0.05 for g in got]):7.3f} {verdict:7.3f} "
               f"{np.mean([g['beyond'] for g in got]):11.3f} {tops}")
+    verdict = np.mean([r["p_fl"] <= 0.05 and r["text_readable"] < READABLE_MAX for r in plan])
     print(f"{'hidden plan (simulated, n=80)':32s} {'cross':13s} {len(plan):5d} {np.mean([r['p_fl'] <= 0.05 for r in plan]):7.3f} "
-          f"{np.mean([r['beyond'] for r in plan]):11.3f}")
+          f"{verdict:7.3f} {np.mean([r['beyond'] for r in plan]):11.3f}")
     print(f"\n{time.time() - t0:.0f} s; load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
 
 

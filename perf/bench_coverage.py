@@ -57,13 +57,14 @@ def _grid(args: dict):
     from interp.probes import Grid
 
     return Grid(**args) if args else ProbeSettings().grid
+
+
 TEXT = dict(seed=1, vocab=20, words=4, relevant=2, text_share=0.3, act_noise=0.3)
 
 
 def _intervals(job: tuple[str, int, int, int]) -> tuple:
     from threadpoolctl import threadpool_limits
 
-    from interp.probes import Grid
     from interp.simulate import Population, interval_replications
 
     kind, n, reps, seed = job
@@ -74,7 +75,6 @@ def _intervals(job: tuple[str, int, int, int]) -> tuple:
 def _truth(job: tuple[str, int]) -> tuple:
     from threadpoolctl import threadpool_limits
 
-    from interp.probes import Grid
     from interp.simulate import Population, expected_r2
 
     kind, n = job
@@ -85,7 +85,6 @@ def _truth(job: tuple[str, int]) -> tuple:
 def _beyond(job: tuple[str, int, int, int, int]) -> tuple:
     from threadpoolctl import threadpool_limits
 
-    from interp.probes import Grid
     from interp.simulate import Population, beyond_text_replications
 
     kind, n, reps, n_perm, seed = job

@@ -46,7 +46,7 @@ import numpy as np
 from experiments.rundir import RunDir, derive_seed, reading, safe_name, writing
 from experiments.stages.render import read_renders, render_stage, row_key
 from interp.baselines import LEXICAL, beyond_outcome, freedman_lane, lexical_features, readable_share
-from interp.intervals import (DEFAULT_REPEATS, NO_SIGNAL, Interval, at_the_mean, cluster_sums, delta_interval, fold_sums,
+from interp.intervals import (DEFAULT_REPEATS, NO_SIGNAL, Interval, at_the_mean, cluster_sums, fold_sums,
                               r2_interval, repeat_seed, test_over_train)
 from interp.grouping import ESTIMANDS, VERDICT_SCOPE, design, moved_share
 from interp.probes import (Grid, LayerSweep, benjamini_hochberg, carries_variance, occupancy, p_missing, perm_p, permutations,
@@ -308,8 +308,6 @@ class _Sums:
     def __init__(self) -> None:
         self.sse: dict[tuple[Any, ...], list[np.ndarray]] = {}
         self.sst: dict[tuple[str, ...], list[np.ndarray]] = {}
-        #: target -> K of its grouped interval (the grouping design's outer folds), None for fold-level sums
-        self.folds: dict[str, int | None] = {}
         self.designs: dict[str, Any] = {}  #: target -> its grouping design (interp.grouping.Design)
 
     def add(self, key: tuple[Any, ...], target: str, y: np.ndarray, pred: np.ndarray, folds: Any,
@@ -321,15 +319,12 @@ class _Sums:
 
     def r2(self, key: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
         return r2_interval(np.stack(self.sse[(target, *key)]), np.stack(self.sst[(target,)]), n, ratio,
-                           folds=self.folds.get(target))
+                           folds=self.designs[target].interval_folds)
 
     def delta(self, a: tuple[Any, ...], b: tuple[Any, ...], target: str, n: int, ratio: float) -> Interval:
-        dsg = self.designs.get(target)
-        if dsg is not None:  # the grouping design's interval (the unpaired bound with few groups)
-            return dsg.delta_interval(np.stack(self.sse[(target, *a)]), np.stack(self.sse[(target, *b)]),
-                                      np.stack(self.sst[(target,)]), n, ratio)
-        return delta_interval(np.stack(self.sse[(target, *a)]), np.stack(self.sse[(target, *b)]),
-                              np.stack(self.sst[(target,)]), n, ratio, folds=self.folds.get(target))
+        """The grouping design's Delta interval (paired, or the unpaired bound with few groups)."""
+        return self.designs[target].delta_interval(np.stack(self.sse[(target, *a)]), np.stack(self.sse[(target, *b)]),
+                                                   np.stack(self.sst[(target,)]), n, ratio)
 
 
 def _interval_fields(iv: Interval, value: str) -> dict[str, Any]:
@@ -395,7 +390,6 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             sw = sw_all[tuple(t.ids)]
             folds = next(iter(sw["pos"].values())).outer
             g = features[tuple(t.ids)]["groups"]
-            sums.folds[t.name] = features[tuple(t.ids)]["design"].interval_folds
             sums.designs[t.name] = features[tuple(t.ids)]["design"]
             lex = {b: x.layer(t.y, 0) for b, x in sw["lex"].items()}
             for b, res in lex.items():
