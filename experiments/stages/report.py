@@ -243,7 +243,7 @@ def _procedure(r: dict[str, Any]) -> str:
     proc = r.get("grouping", "none")
     if proc == "groups":
         moved = r.get("perm_moved_share")
-        return (f"grouped: {r.get('n_groups')} groups of {r.get('group_sizes', '?')} prompts, {r.get('folds', '?')}-fold, "
+        return (f"grouped: {r.get('n_groups')} groups ({r.get('group_sizes', '?')} prompts each), {r.get('folds', '?')}-fold, "
                 f"{r.get('permutation', 'blocks')} permutations" + ("" if moved is None else f" moving {moved:.0%} of rows"))
     if proc == "too-few-groups":
         return f"prompt-level: only {r.get('n_groups')} groups"
