@@ -67,9 +67,10 @@ def test_probe_stage_recovers_the_planners_plans_and_not_the_siblings(tmp_path):
         d = one(model=m, target="own", features="delta", position="last")
         assert d["r2_text"] < 0.1, d  # the text baseline cannot read an XOR of words that share no bigram
         assert d["delta_r2"] > 0.5 and d["delta_ci"][0] > 0, d
-        # 99 permutations: p >= 0.01 by construction; q corrects over every Delta test of the task (issue 39: both
-        # models, three targets and every position, 18 tests here), so q = p * 18 / (tests at least as small)
-        assert d["p_perm"] <= 0.01 and d["q_bh"] < 0.05 and d["bh_family"].startswith("every Delta test of task layout"), d
+        # 99 permutations: p >= 0.01 by construction; q corrects over every Delta test of the task and target (issue
+        # 39: both models at every position, 6 tests here), so q = p * 6 / (tests at least as small)
+        assert d["p_perm"] <= 0.01 and d["q_bh"] <= 0.02, d
+        assert d["bh_family"].startswith("every Delta test of task layout, target own: 6 tests"), d
         # beyond the text (issue 19): no lexical reading of the prompt, the model's own input embeddings included,
         # gives an XOR of two words, so the plan is beyond every baseline and the Freedman-Lane p is at its floor
         bt = one(model=m, target="own", features="beyond_text", position="last")

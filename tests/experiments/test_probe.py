@@ -70,7 +70,7 @@ def test_probe_stage_finds_the_planted_layer_and_the_headline_delta(tmp_path):
         assert abs(d["delta_r2"] - (own[("best", pos)]["r2"] - text["r2"])) < 1e-5
         assert d["delta_r2"] > 0.4 and d["delta_ci"][0] > 0 and d["p_perm"] == 1 / 20 and d["n_perm"] == 19
         # one BH family per question (issue 39): every Delta test of the task, each position and target
-        assert d["bh_family"].startswith("every Delta test of task layout: 3 tests") and "last, subject, turn" in d["bh_family"]
+        assert d["bh_family"].startswith("every Delta test of task layout, target own: 3 tests") and "last, subject, turn" in d["bh_family"]
     assert {"targets", "ceiling"} <= {r.get("kind") for r in rows}
     assert all(r["task"] == "layout" for r in rows)
     beyond = [r for r in rows if r.get("features") == "beyond_text"]

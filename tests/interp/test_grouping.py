@@ -108,12 +108,13 @@ def test_a_beyond_text_verdict_names_its_baselines_and_a_text_reading_is_not_a_p
     assert beyond_outcome(0.001, 0.1, READABLE_MAX) == "reads-text" and beyond_outcome(0.2, 0.1, 0.0) == "not-shown"
 
 
-def test_one_bh_family_holds_every_position_and_target_of_a_task():
-    rows = [_row(position=pos, target=t, p_perm=p) for pos, p in (("last", 0.01), ("subject", 0.5), ("turn", 0.04))
-            for t in ("own", "shared")]
+def test_one_bh_family_holds_every_position_and_model_of_a_target():
+    rows = [_row(position=pos, model=m, p_perm=p) for pos, p in (("last", 0.01), ("subject", 0.5), ("turn", 0.04))
+            for m in ("a", "b")] + [_row(target="shared", p_perm=0.001)]
     _adjust(rows)
-    assert all(r["bh_family"].startswith("every Delta test of task layout: 6 tests") for r in rows)
-    # the broken variant (one family per task, target and position, one test per model) gave each p its own q
+    assert all(r["bh_family"].startswith("every Delta test of task layout, target own: 6 tests") for r in rows[:6])
+    assert rows[6]["bh_family"].startswith("every Delta test of task layout, target shared: 1 tests")
+    # the broken variant (one family per task, target and position, one test per model) gave q = 2p / rank
     assert rows[0]["q_bh"] == pytest.approx(0.03) and rows[4]["q_bh"] == pytest.approx(0.06)
 
 
