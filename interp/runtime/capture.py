@@ -34,6 +34,9 @@ class PlainPrompt:
     tokens: tuple[int, ...]
     positions: dict[str, int] = field(default_factory=dict)
     offsets: tuple[tuple[int, int], ...] = ()  #: (start, end) character span of each token in `text`
+    #: every named position's whole span: for a substring, each token whose characters overlap it, in order (its last
+    #: is `positions[name]`; "21" that a tokenizer splits into "2" and "1" names both); for an index, that token alone
+    spans: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def _last_token_before(offsets: tuple[tuple[int, int], ...], end: int) -> int:
@@ -44,10 +47,23 @@ def _last_token_before(offsets: tuple[tuple[int, int], ...], end: int) -> int:
     return best
 
 
+def _tokens_over(offsets: tuple[tuple[int, int], ...], start: int, end: int) -> tuple[int, ...]:
+    """The tokens whose characters overlap [start, end), in order."""
+    return tuple(i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start)
+
+
 def plain_prompt(tokenizer: Any, text: str, positions: Mapping[str, str | int] | None = None, chat: bool = False,
                  system: str | None = None) -> PlainPrompt:
     """Tokenise `text` (wrapped in the chat template with `chat`, with an optional `system` message) and locate
-    `positions` (name -> substring of `text` or token index); "last" (the final token) is always there."""
+    `positions` (name -> substring of `text` or token index); "last" (the final token) is always there.
+    `.positions[name]` is one token (a substring's last), `.spans[name]` every token of it.
+
+    Example::
+
+        p = plain_prompt(rt.tokenizer, "A red ball at row 21.", {"row": "21"})
+        p.positions["row"]    # the token where "21" ends (the ones digit if the tokenizer splits numbers)
+        p.spans["row"]        # every token of "21", e.g. (6, 7)
+    """
     if not isinstance(text, str) or not text:
         raise ValueError("the prompt must be a non-empty text")
     if chat:
@@ -66,6 +82,7 @@ def plain_prompt(tokenizer: Any, text: str, positions: Mapping[str, str | int] |
     if not ids:
         raise ValueError("the prompt has no tokens")
     found: dict[str, int] = {}
+    spans: dict[str, tuple[int, ...]] = {}
     for name, where in {**(positions or {}), "last": (positions or {}).get("last", -1)}.items():
         if isinstance(where, bool) or not isinstance(where, (int, str)):
             raise ValueError(f"position {name!r}: a substring of the prompt or a token index, not {where!r}")
@@ -74,6 +91,7 @@ def plain_prompt(tokenizer: Any, text: str, positions: Mapping[str, str | int] |
             if not 0 <= index < len(ids):
                 raise ValueError(f"position {name!r}: token index {where} out of range for {len(ids)} tokens")
             found[name] = index
+            spans[name] = (index,)
             continue
         at = text.find(where) if where else -1
         if at < 0:
@@ -82,7 +100,8 @@ def plain_prompt(tokenizer: Any, text: str, positions: Mapping[str, str | int] |
         if index < 0:
             raise ValueError(f"position {name!r}: no token covers {where!r}")
         found[name] = index
-    return PlainPrompt(full, ids, found, offsets)
+        spans[name] = tuple(i for i in _tokens_over(offsets, start + at, start + at + len(where)) if i <= index)
+    return PlainPrompt(full, ids, found, offsets, spans)
 
 
 __all__ = ["PlainPrompt", "plain_prompt"]

@@ -57,3 +57,16 @@ def test_free_text_does_not_stop_at_a_code_fence(tiny):
     assert fenced.stop == "fence" and fenced.text.endswith("```")
     assert not check_stop(tiny, free, toks[-1], FREE_TEXT) and free.text == text
     assert StopRule.free_text(32, ("\n\n",)) == StopRule(max_new_tokens=32, eos=True, fence=False, strings=("\n\n",))
+
+
+def test_a_substring_names_its_whole_span_as_well_as_its_last_token(tiny):
+    """Issue 40: `positions` names a multi-token substring by its last token only ("21" -> the ones digit); `spans`
+    names every token of it, and decoding the span gives the substring back."""
+    tok = tiny.tokenizer
+    text = "A red ball at row 21 and a flag of Germany."
+    p = plain_prompt(tok, text, {"row": "21", "flag": "a flag of Germany", "first": 0})
+    for name, sub in (("row", "21"), ("flag", "a flag of Germany")):
+        span = p.spans[name]
+        assert span[-1] == p.positions[name] and list(span) == list(range(span[0], span[-1] + 1))
+        assert tok.decode(p.tokens[span[0]: span[-1] + 1]).strip() == sub
+    assert len(p.spans["flag"]) > 1 and p.spans["first"] == (0,) and p.spans["last"] == (len(p.tokens) - 1,)
