@@ -41,10 +41,37 @@ def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, 
     return mean, mean - half, mean + half, n
 
 
+def check_strengths(alphas: Any, level: float) -> list[float]:
+    """The strengths as floats, and the level, checked before any forward: one sentence naming the argument (issue 40:
+    alpha NaN or inf and level 1.5 gave silent NaN rows)."""
+    if isinstance(alphas, (str, bytes)) or not hasattr(alphas, "__iter__"):
+        raise TypeError(f"alphas must be a sequence of numbers, not {type(alphas).__name__}")
+    out = []
+    for a in alphas:
+        if isinstance(a, bool) or not isinstance(a, (int, float, np.integer, np.floating)):
+            raise TypeError(f"alphas must be numbers; got {a!r}")
+        if not math.isfinite(float(a)):
+            raise ValueError(f"alphas must be finite numbers; got {a!r}")
+        out.append(float(a))
+    if not out:
+        raise ValueError("alphas is empty: give at least one steering strength")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < float(level) < 1:
+        raise ValueError(f"level must lie strictly between 0 and 1 (e.g. 0.95); got {level!r}")
+    return out
+
+
 def dose_response(measure: Callable[[float], Sequence[float]], alphas: Sequence[float], level: float = 0.95) -> pd.DataFrame:
-    """A table with one row per strength: alpha, metric (the mean), low, high, n, level, note."""
+    """A table with one row per strength: alpha, metric (the mean), low, high, n, level, note. `alphas` are finite
+    numbers, `level` lies in (0, 1); anything else is one sentence before `measure` is called.
+
+    Example::
+
+        table = dose_response(lambda a: [a * 2 + x for x in (0.1, -0.1, 0.0)], [0, 1, 2])
+        table[["alpha", "metric", "low", "high", "n"]]
+    """
     import pandas as pd
 
+    alphas = check_strengths(alphas, level)
     rows = []
     for a in alphas:
         values = [float(x) for x in np.asarray(measure(float(a)), dtype=np.float64).reshape(-1)]
@@ -60,9 +87,21 @@ def logit_dose_response(rt: Any, inputs: Any, name: str, direction: Any, alphas:
     at `positions` (hooks.steer.add_direction): one teacher-forced pass of every prompt per strength."""
     from hooks.steer import add_direction
 
-    vec = np.asarray(direction, dtype=np.float32)
+    check_strengths(alphas, level)
+    if isinstance(positions, str) and positions == "generated":
+        raise ValueError("positions='generated' steers tokens a model generates, and a dose-response is one teacher-forced "
+                         "forward with none: give 'prompt', None (every position), a slice or token indices")
+    try:
+        if isinstance(direction, (str, bytes)):
+            raise TypeError
+        vec = np.asarray(direction.detach().cpu() if hasattr(direction, "detach") else direction, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise TypeError(f"direction must be a vector of d_model = {rt.info.d_model} numbers, not "
+                        f"{type(direction).__name__}") from None
     if vec.shape != (rt.info.d_model,):
         raise ValueError(f"the direction must have d_model = {rt.info.d_model} entries, not shape {vec.shape}")
+    if not np.all(np.isfinite(vec)):
+        raise ValueError("the direction holds NaN or inf: every entry must be a finite number")
 
     def measure(alpha: float) -> Sequence[float]:
         hooks = [(name, add_direction(alpha * vec, positions))] if alpha else []

@@ -130,3 +130,34 @@ def test_one_unit_has_no_interval_and_says_so():
     assert table["note"].tolist() == ["n = 1, no interval"] * 2
     fig = plot_dose_response(table)
     assert any("no interval" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(alphas=[0.0, float("nan")]), ValueError, "alphas must be finite"),
+    (dict(alphas=[0.0, float("inf")]), ValueError, "alphas must be finite"),
+    (dict(alphas=[]), ValueError, "alphas is empty"),
+    (dict(alphas="0,1"), TypeError, "alphas must be a sequence"),
+    (dict(alphas=[0, "1"]), TypeError, "alphas must be numbers"),
+    (dict(level=1.5), ValueError, "level must lie strictly between 0 and 1"),
+    (dict(positions="generated"), ValueError, "positions='generated'"),
+    (dict(direction="nan"), TypeError, "direction must be a vector"),
+    (dict(direction=np.full(4, np.nan)), ValueError, "NaN or inf"),
+])
+def test_bad_dose_response_arguments_are_one_sentence_before_any_forward(tiny, kwargs, error, words):
+    """Issue 40: alpha NaN or inf, a NaN direction and level 1.5 gave silent NaN rows; positions='generated' was a silent
+    no-op in a teacher-forced pass. Each is one sentence naming the argument, and no forward runs."""
+    d = tiny.info.d_model
+    args = dict(alphas=[0.0, 1.0], level=0.95, positions=[-1], direction=np.ones(d, np.float32))
+    args.update(kwargs)
+    if isinstance(args["direction"], np.ndarray) and args["direction"].shape == (4,):
+        args["direction"] = np.full(d, np.nan, np.float32)
+    calls = []
+    real = tiny.forward
+    tiny.forward = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        with pytest.raises(error, match=words):
+            tiny.dose_response([[1, 2, 3]], "ln_final.hook_out", args["direction"], args["alphas"],
+                               lambda logits: logits[:, -1, 0], positions=args["positions"], level=args["level"])
+    finally:
+        del tiny.forward
+    assert not calls
