@@ -24,6 +24,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+import numpy as np
+
 if TYPE_CHECKING:
     import torch
     from jaxtyping import Float, Int
@@ -38,25 +40,32 @@ def position_axis(name: str) -> int:
     return 2 if name.endswith(QUERY_AXIS_SUFFIXES) else 1
 
 
+def _is_id(t: Any) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool)
+
+
 def as_rows(tokenizer: Any, inputs: Any) -> list[list[int]]:
     """Token rows from a text, a list of texts, a token list, a list of token lists, or a 1-D/2-D tensor."""
     if isinstance(inputs, str):
         inputs = [inputs]
     if hasattr(inputs, "tolist") and not isinstance(inputs, (list, tuple)):
         inputs = inputs.tolist()
+    if inputs is None or isinstance(inputs, (bytes, dict, set)) or not hasattr(inputs, "__iter__"):
+        raise TypeError("inputs must be a text, a list of texts, token ids (a list of ints) or a list of token-id lists, "
+                        f"not {type(inputs).__name__}")
     inputs = list(inputs)
     if not inputs:
         raise ValueError("no input: give a text, a list of texts, or token ids")
-    if all(isinstance(x, int) for x in inputs):
+    if all(_is_id(x) for x in inputs):
         inputs = [inputs]
     rows = []
     for x in inputs:
         if isinstance(x, str):
             rows.append(list(tokenizer(x, add_special_tokens=True)["input_ids"]))
-        elif hasattr(x, "__len__") and all(isinstance(t, int) for t in x):
+        elif hasattr(x, "__len__") and not isinstance(x, (bytes, dict)) and all(_is_id(t) for t in x):
             rows.append([int(t) for t in x])
         else:
-            raise ValueError("each input must be a text or a list of token ids")
+            raise TypeError("each input must be a text or a list of token ids (ints)")
     if any(len(r) == 0 for r in rows):
         raise ValueError("every input needs at least one token")
     return rows
@@ -91,6 +100,8 @@ class Batch:
         for off, n, pos in zip(self.offsets, self.lengths, per_row):
             row = []
             for p in pos:
+                if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+                    raise TypeError(f"positions must be token indices (ints), not {p!r}")
                 p = int(p)
                 q = p + n if p < 0 else p
                 if not 0 <= q < n:
@@ -100,8 +111,22 @@ class Batch:
         return torch.tensor(cols, dtype=torch.long)
 
 
+def vocab_size(rt: Any) -> int | None:
+    """Rows of the model's input embedding (the token ids it can read), None when it cannot be told."""
+    try:
+        return int(rt.model.get_input_embeddings().num_embeddings)
+    except Exception:  # noqa: BLE001 - a model without the standard accessor: the forward pass itself decides
+        return None
+
+
 def batch_of(rt: Any, inputs: Any) -> Batch:
     rows = as_rows(rt.tokenizer, inputs)
+    vocab = vocab_size(rt)
+    for i, r in enumerate(rows):
+        bad = [t for t in r if t < 0 or (vocab is not None and t >= vocab)]
+        if bad:
+            raise ValueError(f"inputs: row {i} holds token id {bad[0]}, outside the model's vocabulary 0..{vocab - 1}"
+                             if vocab is not None else f"inputs: row {i} holds the negative token id {bad[0]}")
     ids, mask, offsets = rt.pad(rows)
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
     return Batch(ids, mask, pos, offsets, [len(r) for r in rows])
@@ -118,8 +143,39 @@ def logits_of(rt: Any, batch: Batch, hooks: Hooks, path: str, grad: bool = False
         return rt.model(input_ids=batch.ids, attention_mask=batch.mask, position_ids=batch.pos, use_cache=False).logits
 
 
+def checked_hooks(hooks: Any) -> list[tuple[str, Callable[..., Any]]]:
+    """The caller's hooks as (name, fn) pairs, each fn wrapped so that a return of the wrong shape is one sentence
+    naming the hook (issue 40: a hook that was not callable, or returned the wrong shape, gave torch's own error)."""
+    if hooks is None or isinstance(hooks, (str, bytes)) or not hasattr(hooks, "__iter__"):
+        raise TypeError(f"hooks must be a list of (hook name, function) pairs, not {type(hooks).__name__}")
+    out = []
+    for h in hooks:
+        if not (isinstance(h, (tuple, list)) and len(h) == 2 and isinstance(h[0], str)):
+            raise TypeError(f"each hook must be a (hook name, function) pair, not {h!r}"[:200])
+        name, fn = h
+        if not callable(fn):
+            raise TypeError(f"the hook on {name!r} is not callable ({type(fn).__name__}): give fn(tensor, hook)")
+        out.append((name, _shape_checked(name, fn)))
+    return out
+
+
+def _shape_checked(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def hook(act: Any, hook: Any = None) -> Any:
+        import torch
+
+        got = fn(act, hook)
+        if got is not None and (not isinstance(got, torch.Tensor) or got.shape != act.shape):
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise ValueError(f"the hook on {name!r} returned {shape} for an activation of shape {tuple(act.shape)}: "
+                             "return a tensor of the same shape, or None to leave it")
+        return got
+
+    return hook
+
+
 def forward(rt: Any, inputs: Any, hooks: Hooks = (), grad: bool = False) -> Float[torch.Tensor, "batch seq vocab"]:
     """Logits [batch, seq, vocab] of a teacher-forced pass with `hooks` attached (see `Runtime.forward`)."""
+    hooks = checked_hooks(hooks)
     batch = batch_of(rt, inputs)
     return logits_of(rt, batch, hooks, rt._path(list(hooks)), grad)
 
@@ -178,6 +234,7 @@ def run_with_cache(rt: Any, inputs: Any, names: Sequence[str] | str | None = Non
                    positions: Sequence[int] | Sequence[Sequence[int]] | None = None, hooks: Hooks = (),
                    device: str | None = "cpu") -> tuple[Float[torch.Tensor, "batch seq vocab"], dict[str, torch.Tensor]]:
     """(logits, cache) with the activations of `names` at `positions` (see `Runtime.run_with_cache`)."""
+    hooks = checked_hooks(hooks)
     batch = batch_of(rt, inputs)
     if names is None:
         names = rt.hook_names()
@@ -197,4 +254,4 @@ def hooks_attached(rt: Any, hooks: Hooks) -> Iterator[str]:
         yield path
 
 
-__all__ = ["Batch", "Recorder", "as_rows", "batch_of", "forward", "logits_of", "position_axis", "run_with_cache"]
+__all__ = ["Batch", "Recorder", "as_rows", "batch_of", "checked_hooks", "forward", "logits_of", "position_axis", "run_with_cache"]

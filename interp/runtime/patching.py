@@ -93,7 +93,14 @@ def site_names(rt: Any, names: str | Sequence[str], layers: Sequence[int] | None
 def _values(metric: Metric, logits: torch.Tensor, rows: int) -> Float[torch.Tensor, " rows"]:
     import torch
 
-    out = torch.as_tensor(metric(logits))
+    got = metric(logits)
+    if got is None or isinstance(got, (str, bytes, dict)):
+        raise TypeError(f"the metric returned {type(got).__name__}: it must return one number per row (a tensor or "
+                        f"array of shape [{rows}])")
+    try:
+        out = torch.as_tensor(got)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"the metric returned {type(got).__name__}, not one number per row (shape [{rows}])") from None
     if out.dim() != 1 or out.shape[0] != rows:
         raise ValueError(f"the metric must return one value per row (shape [{rows}]), got shape {tuple(out.shape)}")
     return out
@@ -129,6 +136,8 @@ def _check_cached(cache: dict[str, torch.Tensor], names: Sequence[str], n_tokens
 
 def _grid(names: Sequence[str], cache: dict[str, torch.Tensor], n_tokens: int, positions: Sequence[int] | None,
           heads: Sequence[int] | str | None) -> tuple[list[int], list[int] | None]:
+    if positions is not None and any(isinstance(p, bool) or not isinstance(p, int) for p in positions):
+        raise TypeError(f"positions must be token indices (ints) or None (every position), not {list(positions)!r}"[:200])
     pos = list(range(n_tokens)) if positions is None else [p + n_tokens if p < 0 else p for p in positions]
     if any(not 0 <= p < n_tokens for p in pos):
         raise ValueError(f"positions must lie in 0..{n_tokens - 1} (or count back from the end)")
@@ -143,7 +152,11 @@ def _grid(names: Sequence[str], cache: dict[str, torch.Tensor], n_tokens: int, p
     if len(counts) != 1:
         raise ValueError(f"the sites have different head counts {sorted(counts)}: scan them separately")
     n_heads = counts.pop()
-    hs = list(range(n_heads)) if isinstance(heads, str) and heads == "all" else list(heads)
+    if isinstance(heads, str) and heads != "all":
+        raise ValueError(f"heads must be 'all', None (whole positions) or a list of head indices, not {heads!r}")
+    hs = list(range(n_heads)) if isinstance(heads, str) else list(heads)
+    if any(isinstance(h, bool) or not isinstance(h, int) for h in hs):
+        raise TypeError(f"heads must be head indices (ints), not {hs!r}"[:200])
     if any(not 0 <= h < n_heads for h in hs):
         raise ValueError(f"heads must lie in 0..{n_heads - 1}")
     return pos, hs

@@ -137,3 +137,45 @@ def test_bad_patching_input_is_one_sentence(tiny):
         tiny.patch_scan(corrupt, clean, lambda lg: metric(lg).sum(), "blocks.{L}.hook_resid_pre")
     with pytest.raises(ValueError, match="no head axis"):
         tiny.patch_scan(corrupt, clean, metric, "blocks.{L}.hook_resid_pre", heads="all")
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda rt: rt.forward(None), TypeError, "inputs must be a text"),
+    (lambda rt: rt.forward([[1, 2, 10 ** 9]]), ValueError, "outside the model's vocabulary"),
+    (lambda rt: rt.forward([[1, -2, 3]]), ValueError, "token id -2, outside the model's vocabulary"),
+    (lambda rt: rt.forward([[1, 2.0, 3]]), TypeError, "each input must be a text or a list of token ids"),
+    (lambda rt: rt.forward([1, 2, 3], hooks=[("blocks.0.hook_resid_pre", "not a function")]), TypeError, "is not callable"),
+    (lambda rt: rt.forward([1, 2, 3], hooks=["blocks.0.hook_resid_pre"]), TypeError, "\\(hook name, function\\) pair"),
+    (lambda rt: rt.forward([1, 2, 3], hooks=[("blocks.0.hook_resid_pre", lambda x, hook: x[:, :1])]), ValueError,
+     "returned \\(1, 1, "),
+    (lambda rt: rt.run_with_cache([1, 2, 3], names=["blocks.0.hook_resid_pre"], positions=[1.5]), TypeError,
+     "positions must be token indices"),
+    (lambda rt: rt.run_with_cache([1, 2, 3], hooks=[("blocks.1.attn.hook_z", lambda z, hook: "x")]), ValueError,
+     "returned str"),
+])
+def test_bad_forward_input_is_one_sentence_and_leaves_no_hook(tiny, call, error, words):
+    """Issue 40's bad-input walk, the forward and cache calls: token ids outside the vocabulary or negative (torch's
+    IndexError), forward(None), float positions (silently truncated), a hook that is not callable or returns the wrong
+    shape (torch's own errors). Each is one sentence naming the argument; no hook stays attached and a later forward
+    gives the same logits."""
+    before = tiny.forward([1, 2, 3])
+    with pytest.raises(error, match=words):
+        call(tiny)
+    assert torch.equal(tiny.forward([1, 2, 3]), before)
+    assert not any(h for m in tiny.model.modules() for h in (m._forward_hooks, m._forward_pre_hooks) if h)
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(heads="everything"), ValueError, "heads must be 'all', None"),
+    (dict(heads=[0.5]), TypeError, "heads must be head indices"),
+    (dict(positions=[0.5]), TypeError, "positions must be token indices"),
+    (dict(metric=lambda logits: None), TypeError, "the metric returned NoneType"),
+])
+def test_bad_scan_arguments_are_one_sentence(tiny, kwargs, error, words):
+    """Issue 40: `heads="everything"`, float heads and positions, and a metric returning None gave Python's or torch's
+    own errors (or a silent truncation); each is one sentence naming the argument."""
+    args = dict(metric=lambda logits: logits[:, -1, 0], heads="all", positions=None)
+    args.update(kwargs)
+    with pytest.raises(error, match=words):
+        tiny.patch_scan([1, 2, 3, 4], [5, 6, 7, 8], args["metric"], "blocks.{L}.attn.hook_z", positions=args["positions"],
+                        heads=args["heads"])
