@@ -182,6 +182,28 @@ class Loaded(NamedTuple):
     boot: Callable[[], TransformerBridge] | None
 
 
+def check_device(device: Any) -> None:
+    """A device this machine has, or one sentence before anything loads (issue 40: device="cuda:7" on a CPU build was
+    torch's bare AssertionError, wrapped)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device {device!r}: give 'cpu', 'cuda', 'cuda:N' or 'mps'") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: this torch has no CUDA device (a CPU build, or no GPU visible); "
+                             "use device='cpu'")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"device {device!r}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+    elif dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"device {device!r}: MPS is not available here; use device='cpu'")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device {device!r}: give 'cpu', 'cuda', 'cuda:N' or 'mps'")
+
+
 def open_folder(folder: Path, name: str | None = None, source: str = "folder", device: str = "cpu",
                 dtype: str | torch.dtype | None = None, compat: bool = False, attention: str | None = None,
                 trust_remote_code: bool = False, device_map: str | dict | None = None,
@@ -196,6 +218,8 @@ def open_folder(folder: Path, name: str | None = None, source: str = "folder", d
     dtype = dtype or torch.float32
     folder = Path(folder)
     label = name or str(folder)
+    if device_map is None:
+        check_device(device)
     ref = remote_code(folder)
     if ref and not trust_remote_code:
         raise ModelError(f"{label} needs its own modeling code ({ref}, from the model folder) and code is run only "

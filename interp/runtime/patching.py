@@ -299,6 +299,9 @@ def attribution_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: s
     logits = logits_of(rt, cb, rec.hooks(), rt._path(rec.hooks()), grad=True)
     acts = rec.result()
     value = _values(metric, logits, 1)[0]
+    if not value.requires_grad:
+        raise ValueError("the metric's value carries no gradient: compute it from the logits with torch operations "
+                         "(no .detach(), .item(), numpy or a new tensor) for attribution patching")
     if not all(a.requires_grad for a in acts.values()):
         raise ValueError("attribution patching needs gradients through the model: its parameters have requires_grad off")
     grads = torch.autograd.grad(value, [acts[n] for n in names], allow_unused=True)

@@ -179,3 +179,20 @@ def test_bad_scan_arguments_are_one_sentence(tiny, kwargs, error, words):
     with pytest.raises(error, match=words):
         tiny.patch_scan([1, 2, 3, 4], [5, 6, 7, 8], args["metric"], "blocks.{L}.attn.hook_z", positions=args["positions"],
                         heads=args["heads"])
+
+
+def test_a_device_this_machine_lacks_is_one_sentence_before_loading(tiny_folder):
+    """Issue 40: device="cuda:7" on a CPU build was torch's bare AssertionError (wrapped); a device name torch does not
+    know was its list of every backend. Both are one sentence naming the argument."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the CPU-build sentence cannot occur")
+    with pytest.raises(ValueError, match="device 'cuda:7': this torch has no CUDA device"):
+        Runtime.from_folder(tiny_folder, name="t", device="cuda:7")
+    with pytest.raises(ValueError, match="device 'tpu': give 'cpu', 'cuda', 'cuda:N' or 'mps'"):
+        Runtime.from_folder(tiny_folder, name="t", device="tpu")
+
+
+def test_a_detached_metric_in_attribution_is_one_sentence(tiny):
+    """Issue 40: a metric whose value carries no gradient gave torch's "element 0 of tensors does not require grad"."""
+    with pytest.raises(ValueError, match="the metric's value carries no gradient"):
+        tiny.attribution_scan([1, 2, 3, 4], [5, 6, 7, 8], lambda logits: logits[:, -1, 0].detach(), "blocks.{L}.hook_resid_pre")
