@@ -73,10 +73,6 @@ class Design:
         return ESTIMANDS[self.procedure]
 
     @property
-    def scope(self) -> str:
-        return VERDICT_SCOPE[self.procedure]
-
-    @property
     def unpaired(self) -> bool:
         """Whether Delta intervals take the conservative unpaired bound (fewer than FEW_GROUPS groups)."""
         from interp.intervals import FEW_GROUPS

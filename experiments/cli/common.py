@@ -303,21 +303,19 @@ def check_device(device: Optional[str], dtype: Optional[str], quantize: Optional
 
         if importlib.util.find_spec("bitsandbytes") is None:
             fail(f"--quantize {quantize} needs bitsandbytes: `pip install bitsandbytes` (and a CUDA GPU), or leave --quantize out")
-    if (device or "").startswith("cuda") or quantize is not None or device_map is not None:
+    if device is not None and device != "cpu":  # the runtime's own check (what `Runtime.load` refuses from Python)
+        from interp.runtime.load import check_device as device_here
+
+        try:
+            device_here(device)
+        except ValueError as e:
+            fail(f"--{e}")
+    if (quantize is not None or device_map is not None) and not (device or "").startswith("cuda"):
         import torch
 
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        want = int(device.split(":")[1]) if device and ":" in device else 0
-        what = f"--device {device}" if (device or "").startswith("cuda") else ("--quantize" if quantize else "--device-map")
-        if n == 0:
+        if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+            what = "--quantize" if quantize else "--device-map"
             fail(f"{what} needs a CUDA GPU and this torch sees none ({torch.__version__}): use --device cpu")
-        if want >= n:
-            fail(f"--device {device}: this machine has {n} CUDA device(s), cuda:0..cuda:{n - 1}")
-    if device == "mps":
-        import torch
-
-        if not torch.backends.mps.is_available():
-            fail("--device mps: this torch has no MPS device (it is for Apple silicon): use --device cpu")
 
 
 def runtime(model: str, device: Optional[str], dtype: Optional[str], compat: bool = False, trust_remote_code: bool = False,

@@ -184,7 +184,7 @@ class Loaded(NamedTuple):
 
 def check_device(device: Any) -> None:
     """A device this machine has, or one sentence before anything loads (issue 40: device="cuda:7" on a CPU build was
-    torch's bare AssertionError, wrapped)."""
+    torch's bare AssertionError, wrapped). The command line's --device check calls it too."""
     import torch
 
     try:
@@ -194,12 +194,12 @@ def check_device(device: Any) -> None:
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: this torch has no CUDA device (a CPU build, or no GPU visible); "
-                             "use device='cpu'")
+                             "use the cpu")
         count = torch.cuda.device_count()
         if dev.index is not None and dev.index >= count:
             raise ValueError(f"device {device!r}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
     elif dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ValueError(f"device {device!r}: MPS is not available here; use device='cpu'")
+        raise ValueError(f"device {device!r}: MPS is not available here (it is for Apple silicon); use the cpu")
     elif dev.type not in ("cpu", "cuda", "mps"):
         raise ValueError(f"device {device!r}: give 'cpu', 'cuda', 'cuda:N' or 'mps'")
 

@@ -87,7 +87,6 @@ def logit_dose_response(rt: Any, inputs: Any, name: str, direction: Any, alphas:
     at `positions` (hooks.steer.add_direction): one teacher-forced pass of every prompt per strength."""
     from hooks.steer import add_direction
 
-    check_strengths(alphas, level)
     if isinstance(positions, str) and positions == "generated":
         raise ValueError("positions='generated' steers tokens a model generates, and a dose-response is one teacher-forced "
                          "forward with none: give 'prompt', None (every position), a slice or token indices")
