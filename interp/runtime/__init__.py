@@ -331,23 +331,44 @@ class Runtime:
             cache["blocks.2.attn.hook_z"].shape   # [1, 1, n_heads, d_head]"""
         return _fw.run_with_cache(self, inputs, names, positions, hooks, device)
 
-    def patch_scan(self, corrupt: Any, clean: Any, metric: Callable[..., Any], names: str | Sequence[str],
-                   positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
-                   layers: Sequence[int] | None = None, batch_size: int = 64) -> _patching.Scan:
+    def patch_scan(self, corrupt: Any, clean: Any, metric: Any, names: str | Sequence[str],
+                   positions: Any = None, heads: Sequence[int] | str | None = None,
+                   layers: Sequence[int] | None = None, batch_size: int = 64, groups: Sequence[Any] | None = None,
+                   progress: bool = False) -> Any:
         """Exact activation patching of `clean` into `corrupt` at every (name, position[, head]), many patched runs
-        per forward (interp/runtime/patching.py). `names`: a template such as "blocks.{L}.attn.hook_z" (over
-        `layers`, default all) or a list; `metric(logits)` returns one value per row.
+        per forward (interp/runtime/patching.py, where every argument is described). `names`: a template such as
+        "blocks.{L}.attn.hook_z" (over `layers`, default all) or a list; `metric(logits)` returns one value per row.
+        N corrupt and N clean prompts give a `PairScan`: per-pair values and, per site, the mean effect with a
+        grouped interval and a sign-flip p (`groups=` one label per pair).
 
             scan = rt.patch_scan(corrupt, clean, logit_diff, "blocks.{L}.attn.hook_z", heads="all")
-            scan.normalized()   # [layer, pos, head]: 0 = corrupt, 1 = clean"""
-        return _patching.patch_scan(self, corrupt, clean, metric, names, positions, heads, layers, batch_size)
+            scan.normalized()   # [layer, pos, head]: 0 = corrupt, 1 = clean
+            many = rt.patch_scan(corrupts, cleans, metrics, "blocks.{L}.hook_resid_pre", positions=[-1], groups=g)
+            many.to_frame()     # per site: mean_effect, lo, hi, p, q"""
+        return _patching.patch_scan(self, corrupt, clean, metric, names, positions, heads, layers, batch_size, groups,
+                                    progress)
 
-    def attribution_scan(self, corrupt: Any, clean: Any, metric: Callable[..., Any], names: str | Sequence[str],
-                         positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
-                         layers: Sequence[int] | None = None) -> _patching.Scan:
-        """Attribution patching (one forward, one backward): every site's effect estimated as grad . (clean -
-        corrupt); the same `Scan` as `patch_scan`, exact where the metric is linear in the site."""
-        return _patching.attribution_scan(self, corrupt, clean, metric, names, positions, heads, layers)
+    def attribution_scan(self, corrupt: Any, clean: Any, metric: Any, names: str | Sequence[str],
+                         positions: Any = None, heads: Sequence[int] | str | None = None,
+                         layers: Sequence[int] | None = None, groups: Sequence[Any] | None = None,
+                         progress: bool = False) -> Any:
+        """Attribution patching (one forward, one backward per pair): every site's effect estimated as grad . (clean -
+        corrupt); the same `Scan` / `PairScan` as `patch_scan`, exact where the metric is linear in the site.
+
+            est = rt.attribution_scan(corrupt, clean, logit_diff, "blocks.{L}.hook_resid_pre", positions=[-1])"""
+        return _patching.attribution_scan(self, corrupt, clean, metric, names, positions, heads, layers, groups, progress)
+
+    def path_scan(self, corrupt: Any, clean: Any, metric: Any, sender: tuple[int, int], receivers: str = "q",
+                  batch_size: int = 64, groups: Sequence[Any] | None = None, progress: bool = False) -> Any:
+        """Path patching: the sender head's clean-minus-corrupt output added to one receiver at a time (every later
+        head's q, k or v input, or every later layer's residual stream), everything else corrupt
+        (interp/runtime/paths.py); equal to TransformerLens's `get_act_patch_direct_path`, batched.
+
+            scan = rt.path_scan(corrupt, clean, logit_diff, sender=(1, 3), receivers="v")
+            scan.values          # [layer, head]: the metric with the path into that head patched"""
+        from interp.runtime.paths import path_scan
+
+        return path_scan(self, corrupt, clean, metric, sender, receivers, batch_size, groups, progress)
 
     def dose_response(self, inputs: Any, name: str, direction: Any, alphas: Sequence[float], metric: Callable[..., Any],
                       positions: Any = None, level: float = 0.95) -> Any:

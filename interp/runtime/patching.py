@@ -78,6 +78,215 @@ class Scan:
         return pd.DataFrame(rows)
 
 
+@dataclass
+class PairScan:
+    """A scan over N clean/corrupt pairs: per-pair values and, per site, the mean effect with its inference.
+
+    `values[pair, site, pos]` or `[pair, site, pos, head]`; `baseline[pair]` and `clean[pair]` are each pair's
+    unpatched corrupt and clean metrics. `effect` is per pair (values - baseline); `summary()` / `to_frame()` give
+    per site the mean effect over pairs, a grouped interval, a sign-flip p against "no effect" and a BH q
+    (`interp.pair_effects`: estimand, interval and test)."""
+
+    values: Float[torch.Tensor, "pair site pos *head"]
+    names: list[str]
+    positions: list[int]  #: position labels: the indices given (negative from each end), or j of per-pair lists
+    heads: list[int] | None
+    baseline: Float[torch.Tensor, " pair"]
+    clean: Float[torch.Tensor, " pair"]
+    method: str = "exact"
+    layers: list[int] | None = None
+    groups: list[Any] | None = None  #: each pair's group label (None: every pair its own group)
+    pair_positions: list[list[int]] = field(default_factory=list)  #: each pair's token index of each pos column
+
+    @property
+    def n_pairs(self) -> int:
+        return int(self.values.shape[0])
+
+    def _shape(self, t: torch.Tensor) -> torch.Tensor:
+        return t.reshape((-1,) + (1,) * (self.values.dim() - 1))
+
+    @property
+    def effect(self) -> Float[torch.Tensor, "pair site pos *head"]:
+        """values - baseline, per pair."""
+        return self.values - self._shape(self.baseline)
+
+    def normalized(self) -> Float[torch.Tensor, "pair site pos *head"]:
+        """Per pair (values - baseline) / (clean - baseline): 0 = the corrupt run, 1 = the clean run."""
+        return self.effect / self._shape(self.clean - self.baseline)
+
+    def pair(self, i: int) -> Scan:
+        """Pair i's own `Scan`."""
+        return Scan(self.values[i], self.names, self.pair_positions[i] if self.pair_positions else self.positions,
+                    self.heads, float(self.baseline[i]), float(self.clean[i]), self.method, self.layers)
+
+    def summary(self, level: float = 0.95, normalized: bool = False, n_flips: int = 9999, seed: int = 0) -> Any:
+        """`interp.pair_effects.pair_inference` of every site's per-pair effects (normalized: of `normalized()`)."""
+        from interp.pair_effects import pair_inference
+
+        e = self.normalized() if normalized else self.effect
+        return pair_inference(e.reshape(self.n_pairs, -1).double().numpy(), self.groups, level, n_flips, seed)
+
+    def to_frame(self, level: float = 0.95, normalized: bool = False, n_flips: int = 9999, seed: int = 0,
+                 per_pair: bool = False) -> pd.DataFrame:
+        """One row per site: name, layer, pos, head (if any), mean_effect, lo, hi, p, q, n_pairs, n_groups, the
+        design's words (grouping, flips, min_p, level, seed); per_pair=True: one row per (pair, site) instead."""
+        import pandas as pd
+
+        if per_pair:
+            frames = [self.pair(i).to_frame().assign(pair=i, group=None if self.groups is None else self.groups[i])
+                      for i in range(self.n_pairs)]
+            return pd.concat(frames, ignore_index=True)
+        inf = self.summary(level, normalized, n_flips, seed)
+        rows, k = [], 0
+        for i, name in enumerate(self.names):
+            for p in self.positions:
+                for h in (self.heads if self.heads is not None else [None]):
+                    row = {"name": name, "layer": self.layers[i] if self.layers else None, "pos": p}
+                    if self.heads is not None:
+                        row["head"] = h
+                    rows.append({**row, "mean_effect": inf.mean[k], "lo": inf.lo[k], "hi": inf.hi[k], "p": inf.p[k],
+                                 "q": inf.q[k], "n_pairs": inf.n_pairs, "n_groups": inf.n_groups,
+                                 "normalized": normalized, "grouping": inf.grouping, "flips": inf.flips,
+                                 "min_p": inf.min_p, "level": level, "seed": seed, "method": self.method})
+                    k += 1
+        return pd.DataFrame(rows)
+
+
+@dataclass
+class _PairSpec:
+    corrupt: list[int]
+    clean: list[int] | dict[str, torch.Tensor]
+    metric: Metric
+    positions: list[int] | None
+
+
+def _one_metric(metric: Any) -> Metric:
+    if not callable(metric):
+        raise TypeError(f"metric must be a function of the logits returning one value per row, not "
+                        f"{type(metric).__name__} (a list of metrics goes with a list of pairs)")
+    return metric
+
+
+def _pairs(rt: Any, corrupt: Any, clean: Any, metric: Any, names: Sequence[str], positions: Any,
+           groups: Any) -> tuple[list[_PairSpec], list[int]] | None:
+    """The N pairs of a many-pair call (with the position labels), or None for a one-pair call. Every argument is
+    checked here, before any forward."""
+    from interp.runtime.forward import as_rows
+
+    rows = as_rows(rt.tokenizer, corrupt)
+    cached = isinstance(clean, (list, tuple)) and len(clean) > 0 and all(isinstance(c, dict) for c in clean)
+    if len(rows) == 1 and not (cached and len(clean) > 1) and not (isinstance(clean, (list, tuple)) and not cached
+                                                                    and len(as_rows(rt.tokenizer, clean)) > 1):
+        return None
+    n = len(rows)
+    if cached:
+        cleans: list[Any] = list(clean)
+    elif isinstance(clean, dict):
+        raise ValueError(f"{n} corrupt prompts need {n} clean ones (or a list of {n} caches), not one cache")
+    else:
+        cleans = as_rows(rt.tokenizer, clean)
+    if len(cleans) != n:
+        raise ValueError(f"clean and corrupt must pair up: {n} corrupt prompts and {len(cleans)} clean ones")
+    for i, (c, k) in enumerate(zip(rows, cleans)):
+        if not isinstance(k, dict) and len(c) != len(k):
+            raise ValueError(f"pair {i}: the clean prompt has {len(k)} tokens and the corrupt one {len(c)}; a pair's "
+                             "prompts must have the same length (pairs may differ from each other)")
+    if callable(metric):
+        metrics = [metric] * n
+    elif isinstance(metric, (list, tuple)) and len(metric) == n and all(callable(m) for m in metric):
+        metrics = list(metric)
+    else:
+        raise TypeError(f"metric must be one function of the logits or a list of {n} (one per pair), not "
+                        f"{type(metric).__name__}" + (f" of length {len(metric)}" if hasattr(metric, "__len__") else ""))
+    lengths = [len(c) for c in rows]
+    if positions is None:
+        if len(set(lengths)) != 1:
+            raise ValueError(f"the pairs differ in length ({min(lengths)}..{max(lengths)} tokens): name the positions "
+                             "(negative indices count from each prompt's end, or give one list per pair)")
+        per, labels = [None] * n, list(range(lengths[0]))
+    else:
+        if isinstance(positions, (str, bytes)) or not hasattr(positions, "__iter__"):
+            raise TypeError(f"positions must be a list of token indices or one list per pair, not {positions!r}"[:200])
+        positions = list(positions)
+        if positions and all(isinstance(p, (list, tuple)) for p in positions):
+            if len(positions) != n or len({len(p) for p in positions}) != 1:
+                raise ValueError(f"positions per pair: {n} lists of one length (one per pair), got "
+                                 f"{len(positions)} lists of lengths {sorted({len(p) for p in positions})}")
+            per, labels = [list(p) for p in positions], list(range(len(positions[0])))
+        else:
+            per, labels = [list(positions)] * n, list(positions)
+        for i, (pp, m) in enumerate(zip(per, lengths)):
+            if any(isinstance(p, bool) or not isinstance(p, int) for p in pp):
+                raise TypeError(f"positions must be token indices (ints), not {pp!r}"[:200])
+            if any(not -m <= p < m for p in pp):
+                raise ValueError(f"pair {i} has {m} tokens: positions {pp} must lie in -{m}..{m - 1}"[:200])
+    if groups is not None:
+        from interp.pair_effects import group_index
+
+        group_index(groups, n)
+    return [_PairSpec(c, k, m, p) for c, k, m, p in zip(rows, cleans, metrics, per)], labels
+
+
+def _prepare(rt: Any, spec: _PairSpec, names: Sequence[str], i: int) -> tuple[Any, dict[str, torch.Tensor], Any]:
+    """A pair's corrupt batch, clean activations of `names` and clean logits (None from a cache)."""
+    try:
+        cb, cache, clean_logits = _pair(rt, [spec.corrupt], spec.clean if isinstance(spec.clean, dict) else [spec.clean],
+                                        names)
+        _check_cached(cache, names, cb.lengths[0])
+    except ValueError as e:
+        raise ValueError(f"pair {i}: {e}") from None
+    return cb, cache, clean_logits
+
+
+def _many(rt: Any, prepared: tuple[list[_PairSpec], list[int]], names: list[str], layer_of: list[int] | None,
+          heads: Any, method: str, progress: bool, scan: Callable[..., tuple[torch.Tensor, float, float]] | None,
+          groups: Sequence[Any] | None = None,
+          runner: Callable[[_PairSpec], tuple[torch.Tensor, float, float]] | None = None) -> PairScan:
+    """Run `scan` on every pair (each batched over its sites) and stack the results into a PairScan; `runner(spec)`
+    instead runs a pair whole (path patching), its values kept as it returns them."""
+    import torch
+
+    specs, labels = prepared
+    # given caches are checked before any forward; a clean prompt's activations are computed when its pair runs
+    # (N pairs' caches of every name would not fit in memory at once on a large model)
+    for i, spec in enumerate(specs):
+        if isinstance(spec.clean, dict):
+            missing = [n for n in names if n not in spec.clean]
+            if missing:
+                raise ValueError(f"pair {i}: the clean cache lacks {missing}: cache them with run_with_cache(clean, names=...)")
+            try:
+                _check_cached(spec.clean, names, len(spec.corrupt))
+            except ValueError as e:
+                raise ValueError(f"pair {i}: {e}") from None
+    it = range(len(specs))
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc=f"{method} scan", unit="pair")
+    values, base, clean, where, hs = [], [], [], [], None
+    for i in it:
+        if runner is not None:
+            out, b, c = runner(specs[i])
+            values.append(out)
+            base.append(b)
+            clean.append(c)
+            where.append(list(labels))
+            continue
+        cb, cache, clean_logits = _prepare(rt, specs[i], names, i)
+        pos, h = _grid(names, cache, cb.lengths[0], specs[i].positions, heads)
+        if i and h != hs:
+            raise ValueError(f"pair {i}'s sites have other heads than pair 0's: scan them separately")
+        hs = h
+        out, b, c = scan(cb, cache, clean_logits, specs[i].metric, pos, hs)
+        del cache
+        values.append(out if hs is not None else out[..., 0])
+        base.append(b)
+        clean.append(c)
+        where.append(pos)
+    return PairScan(torch.stack(values), names, labels, hs, torch.tensor(base), torch.tensor(clean), method, layer_of,
+                    None if groups is None else list(groups), where)
+
+
 def site_names(rt: Any, names: str | Sequence[str], layers: Sequence[int] | None = None) -> tuple[list[str], list[int] | None]:
     """Hook names from a template with `{L}` (expanded over `layers`, default every block) or a list of names."""
     if isinstance(names, str) and "{L}" in names:
@@ -228,25 +437,11 @@ def _first_tokens(cache: Any, p: int, rows: int) -> Any:
     return out
 
 
-def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | Sequence[str],
-               positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
-               layers: Sequence[int] | None = None, batch_size: int = 64) -> Scan:
-    """Exact activation patching at every (site, position[, head]), `batch_size` patched runs per forward.
-
-    A patch at position p changes nothing before p (attention is causal), so the patched runs at p continue the
-    corrupt run's KV cache cut to its first p tokens and compute tokens p.. only; the metric sees the corrupt
-    run's logits before p, which are those of the patched run. Sites go in position order, `batch_size` per
-    forward, and a forward starts at the first position among its rows (rows patched later compute a few
-    tokens they could have taken from the cache: fewer, fuller forwards)."""
+def _scan_one(rt: Any, cb: Any, cache: dict[str, torch.Tensor], clean_logits: Any, metric: Metric, names: list[str],
+              pos: list[int], hs: list[int] | None, batch_size: int) -> tuple[torch.Tensor, float, float]:
+    """One pair's exact scan: values [site, pos, head or 1], the corrupt run's metric and the clean run's."""
     import torch
 
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
-    names, layer_of = site_names(rt, names, layers)
-    cb, cache, clean_logits = _pair(rt, corrupt, clean, names)
-    n_tok = cb.lengths[0]
-    _check_cached(cache, names, n_tok)
-    pos, hs = _grid(names, cache, n_tok, positions, heads)
     head_ix = range(len(hs)) if hs is not None else [None]
     path = rt._path([(n, None) for n in names])
     out = torch.empty((len(names), len(pos), len(hs) if hs is not None else 1), dtype=torch.float32)
@@ -274,8 +469,64 @@ def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | S
             values = _values(metric, logits, m).detach().float().cpu()
             for row, (pj, ni, hk) in enumerate(chunk):
                 out[ni, pj, hk or 0] = values[row]
-    values = out if hs is not None else out[..., 0]
-    return Scan(values, names, pos, hs, baseline, clean_value, "exact", layer_of)
+    return out, baseline, clean_value
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer (patched runs per forward), not {batch_size!r}")
+
+
+def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric | Sequence[Metric], names: str | Sequence[str],
+               positions: Sequence[int] | Sequence[Sequence[int]] | None = None, heads: Sequence[int] | str | None = None,
+               layers: Sequence[int] | None = None, batch_size: int = 64, groups: Sequence[Any] | None = None,
+               progress: bool = False) -> Scan | PairScan:
+    """Exact activation patching at every (site, position[, head]), `batch_size` patched runs per forward.
+
+    Args:
+        corrupt: the prompt patched into: a text or a token list (one pair), or a list of N texts / token lists
+            (N pairs; a `PairScan` is returned).
+        clean: the prompt the activations come from: as `corrupt` (pair i = corrupt[i], clean[i], of the same
+            length), or a cache from `run_with_cache(clean, names=...)` (one pair) or a list of N such caches.
+        metric: logits [rows, seq, vocab] -> one value per row ([rows]); with N pairs one metric for all or a
+            list of N (e.g. each pair's own logit difference).
+        names: hook names, or a template with `{L}` expanded over `layers` (default every block).
+        positions: None = every position (pairs must then have one length); a list of token indices (negative
+            counts from each prompt's end, so -1 is every pair's last token); or one list per pair of equal
+            count (positions named per pair, e.g. from `plain_prompt(...).positions`).
+        heads: None patches whole positions; "all" or a list of head indices patches one head at a time
+            (hook names with a head axis, e.g. `hook_z`).
+        batch_size: patched runs per forward: larger is faster until memory runs out (each row holds one
+            copy of the prompt's activations and logits).
+        groups: with N pairs, a label per pair (its template or family): intervals and sign flips follow them.
+        progress: a progress bar over pairs.
+
+    A patch at position p changes nothing before p (attention is causal), so the patched runs at p continue the
+    corrupt run's KV cache cut to its first p tokens and compute tokens p.. only; the metric sees the corrupt
+    run's logits before p, which are those of the patched run. Sites go in position order, `batch_size` per
+    forward, and a forward starts at the first position among its rows (rows patched later compute a few
+    tokens they could have taken from the cache: fewer, fuller forwards).
+
+        >>> scan = rt.patch_scan(corrupt, clean, metric, "blocks.{L}.hook_resid_pre", positions=[-1])
+        >>> scan.values.shape            # [layer, position]
+        >>> many = rt.patch_scan(corrupts, cleans, metrics, "blocks.{L}.hook_resid_pre", positions=[-1], groups=g)
+        >>> many.to_frame()              # per site: mean effect, interval, sign-flip p, BH q
+    """
+    _check_batch_size(batch_size)
+    names, layer_of = site_names(rt, names, layers)
+    pairs = _pairs(rt, corrupt, clean, metric, names, positions, groups)
+    if pairs is None:
+        if groups is not None:
+            raise ValueError("groups= labels the pairs of a many-pair scan; one pair has no groups")
+        cb, cache, clean_logits = _pair(rt, corrupt, clean, names)
+        n_tok = cb.lengths[0]
+        _check_cached(cache, names, n_tok)
+        pos, hs = _grid(names, cache, n_tok, positions, heads)
+        out, baseline, clean_value = _scan_one(rt, cb, cache, clean_logits, _one_metric(metric), names, pos, hs, batch_size)
+        values = out if hs is not None else out[..., 0]
+        return Scan(values, names, pos, hs, baseline, clean_value, "exact", layer_of)
+    return _many(rt, pairs, names, layer_of, heads, "exact", progress,
+                 lambda cb, cache, cl, m, pos, hs: _scan_one(rt, cb, cache, cl, m, names, pos, hs, batch_size), groups)
 
 
 def _delta(clean: torch.Tensor, corrupt: torch.Tensor) -> torch.Tensor:
@@ -283,18 +534,11 @@ def _delta(clean: torch.Tensor, corrupt: torch.Tensor) -> torch.Tensor:
     return clean - corrupt
 
 
-def attribution_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: str | Sequence[str],
-                     positions: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
-                     layers: Sequence[int] | None = None) -> Scan:
-    """Attribution patching: every site's effect estimated as grad . (clean - corrupt) from one forward and one
-    backward of the corrupt prompt; the same `Scan` as `patch_scan` (values = baseline + estimated effect)."""
+def _attribute_one(rt: Any, cb: Any, cache: dict[str, torch.Tensor], clean_logits: Any, metric: Metric,
+                   names: list[str], pos: list[int], hs: list[int] | None) -> tuple[torch.Tensor, float, float]:
+    """One pair's attribution estimates: values (baseline + estimate) [site, pos, head or 1], baseline, clean."""
     import torch
 
-    names, layer_of = site_names(rt, names, layers)
-    cb, cache, clean_logits = _pair(rt, corrupt, clean, names)
-    n_tok = cb.lengths[0]
-    _check_cached(cache, names, n_tok)
-    pos, hs = _grid(names, cache, n_tok, positions, heads)
     rec = Recorder(rt, names, None, keep_graph=True)
     logits = logits_of(rt, cb, rec.hooks(), rt._path(rec.hooks()), grad=True)
     acts = rec.result()
@@ -316,11 +560,40 @@ def attribution_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric, names: s
         prod = _by_position(g.float() * d, n)[0]  # [pos, ...]
         prod = prod[pos]
         if hs is None:
-            per.append(prod.reshape(len(pos), -1).sum(-1))
+            per.append(prod.reshape(len(pos), -1).sum(-1, keepdim=True))
         else:
             per.append(prod[:, hs].reshape(len(pos), len(hs), -1).sum(-1))
     est = torch.stack(per).detach().cpu()
-    return Scan(baseline + est, names, pos, hs, baseline, clean_value, "attribution", layer_of)
+    return baseline + est, baseline, clean_value
 
 
-__all__ = ["Scan", "attribution_scan", "patch_hook", "patch_scan", "site_names"]
+def attribution_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric | Sequence[Metric], names: str | Sequence[str],
+                     positions: Sequence[int] | Sequence[Sequence[int]] | None = None,
+                     heads: Sequence[int] | str | None = None, layers: Sequence[int] | None = None,
+                     groups: Sequence[Any] | None = None, progress: bool = False) -> Scan | PairScan:
+    """Attribution patching: every site's effect estimated as grad . (clean - corrupt) from one forward and one
+    backward of the corrupt prompt; the same `Scan` as `patch_scan` (values = baseline + estimated effect).
+
+    Arguments as `patch_scan` (N pairs give a `PairScan` with per-site inference); the metric must be computed
+    from the logits with torch operations (its gradient is taken). A first-order estimate: exact where the
+    metric is linear in the site, elsewhere a fast first pass to choose the sites to patch exactly.
+
+        >>> est = rt.attribution_scan(corrupt, clean, metric, "blocks.{L}.hook_resid_pre", positions=[-1])
+        >>> est.effect                   # [layer, position], estimated effect of patching each site
+    """
+    names, layer_of = site_names(rt, names, layers)
+    pairs = _pairs(rt, corrupt, clean, metric, names, positions, groups)
+    if pairs is None:
+        if groups is not None:
+            raise ValueError("groups= labels the pairs of a many-pair scan; one pair has no groups")
+        cb, cache, clean_logits = _pair(rt, corrupt, clean, names)
+        n_tok = cb.lengths[0]
+        _check_cached(cache, names, n_tok)
+        pos, hs = _grid(names, cache, n_tok, positions, heads)
+        out, baseline, clean_value = _attribute_one(rt, cb, cache, clean_logits, _one_metric(metric), names, pos, hs)
+        return Scan(out if hs is not None else out[..., 0], names, pos, hs, baseline, clean_value, "attribution", layer_of)
+    return _many(rt, pairs, names, layer_of, heads, "attribution", progress,
+                 lambda cb, cache, cl, m, pos, hs: _attribute_one(rt, cb, cache, cl, m, names, pos, hs), groups)
+
+
+__all__ = ["PairScan", "Scan", "attribution_scan", "patch_hook", "patch_scan", "site_names"]
