@@ -334,19 +334,20 @@ class Runtime:
     def patch_scan(self, corrupt: Any, clean: Any, metric: Any, names: str | Sequence[str],
                    positions: Any = None, heads: Sequence[int] | str | None = None,
                    layers: Sequence[int] | None = None, batch_size: int = 64, groups: Sequence[Any] | None = None,
-                   progress: bool = False) -> Any:
+                   progress: bool = False, reads: Sequence[int] | None = None) -> Any:
         """Exact activation patching of `clean` into `corrupt` at every (name, position[, head]), many patched runs
         per forward (interp/runtime/patching.py, where every argument is described). `names`: a template such as
         "blocks.{L}.attn.hook_z" (over `layers`, default all) or a list; `metric(logits)` returns one value per row.
         N corrupt and N clean prompts give a `PairScan`: per-pair values and, per site, the mean effect with a
-        grouped interval and a sign-flip p (`groups=` one label per pair).
+        grouped interval and a sign-flip p (`groups=` one label per pair). `reads=[-1]`: logits at the positions the
+        metric reads only (the metric then gets [rows, len(reads), vocab]; much faster on a large vocabulary).
 
             scan = rt.patch_scan(corrupt, clean, logit_diff, "blocks.{L}.attn.hook_z", heads="all")
             scan.normalized()   # [layer, pos, head]: 0 = corrupt, 1 = clean
             many = rt.patch_scan(corrupts, cleans, metrics, "blocks.{L}.hook_resid_pre", positions=[-1], groups=g)
             many.to_frame()     # per site: mean_effect, lo, hi, p, q"""
         return _patching.patch_scan(self, corrupt, clean, metric, names, positions, heads, layers, batch_size, groups,
-                                    progress)
+                                    progress, reads)
 
     def attribution_scan(self, corrupt: Any, clean: Any, metric: Any, names: str | Sequence[str],
                          positions: Any = None, heads: Sequence[int] | str | None = None,
@@ -359,7 +360,8 @@ class Runtime:
         return _patching.attribution_scan(self, corrupt, clean, metric, names, positions, heads, layers, groups, progress)
 
     def path_scan(self, corrupt: Any, clean: Any, metric: Any, sender: tuple[int, int], receivers: str = "q",
-                  batch_size: int = 64, groups: Sequence[Any] | None = None, progress: bool = False) -> Any:
+                  batch_size: int = 64, groups: Sequence[Any] | None = None, progress: bool = False,
+                  reads: Sequence[int] | None = None) -> Any:
         """Path patching: the sender head's clean-minus-corrupt output added to one receiver at a time (every later
         head's q, k or v input, or every later layer's residual stream), everything else corrupt
         (interp/runtime/paths.py); equal to TransformerLens's `get_act_patch_direct_path`, batched.
@@ -368,7 +370,7 @@ class Runtime:
             scan.values          # [layer, head]: the metric with the path into that head patched"""
         from interp.runtime.paths import path_scan
 
-        return path_scan(self, corrupt, clean, metric, sender, receivers, batch_size, groups, progress)
+        return path_scan(self, corrupt, clean, metric, sender, receivers, batch_size, groups, progress, reads)
 
     def dose_response(self, inputs: Any, name: str, direction: Any, alphas: Sequence[float], metric: Callable[..., Any],
                       positions: Any = None, level: float = 0.95) -> Any:

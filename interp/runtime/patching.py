@@ -403,19 +403,25 @@ def patch_hook(donor: torch.Tensor, name: str, rows: Sequence[int], cols: Sequen
     return fn
 
 
-def _extend(rt: Any, ids: torch.Tensor, first: int, cache: Any, path: str) -> tuple[torch.Tensor, Any]:
+def _extend(rt: Any, ids: torch.Tensor, first: int, cache: Any, path: str,
+            keep: Sequence[int] | None = None) -> tuple[torch.Tensor, Any]:
     """Logits of every column of `ids` (tokens first.. of each row, unpadded) on top of `cache` (the first `first`
-    tokens), and the grown cache."""
+    tokens), and the grown cache; `keep` (column indices into `ids`): logits of those columns only."""
     import torch
 
     rows, width = ids.shape
     mask = torch.ones((rows, first + width), dtype=torch.long, device=ids.device)
     pos = torch.arange(first, first + width, device=ids.device)[None].expand(rows, -1)
+    extra = {} if keep is None or not rt._logits_to_keep else {"logits_to_keep": torch.tensor(list(keep), device=ids.device)}
     if path == "bridge":
-        return rt.bridge(ids, return_type="logits_and_cache", attention_mask=mask, past_key_values=cache,
-                         use_cache=True, position_ids=pos)
-    out = rt.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, position_ids=pos)
-    return out.logits, out.past_key_values
+        logits, cache = rt.bridge(ids, return_type="logits_and_cache", attention_mask=mask, past_key_values=cache,
+                                  use_cache=True, position_ids=pos, **extra)
+    else:
+        out = rt.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, position_ids=pos, **extra)
+        logits, cache = out.logits, out.past_key_values
+    if keep is not None and not extra:  # a model without logits_to_keep: every column computed, the kept ones read
+        logits = logits[:, list(keep)]
+    return logits, cache
 
 
 def _first_tokens(cache: Any, p: int, rows: int) -> Any:
@@ -438,19 +444,31 @@ def _first_tokens(cache: Any, p: int, rows: int) -> Any:
 
 
 def _scan_one(rt: Any, cb: Any, cache: dict[str, torch.Tensor], clean_logits: Any, metric: Metric, names: list[str],
-              pos: list[int], hs: list[int] | None, batch_size: int) -> tuple[torch.Tensor, float, float]:
-    """One pair's exact scan: values [site, pos, head or 1], the corrupt run's metric and the clean run's."""
+              pos: list[int], hs: list[int] | None, batch_size: int,
+              reads: list[int] | None = None) -> tuple[torch.Tensor, float, float]:
+    """One pair's exact scan: values [site, pos, head or 1], the corrupt run's metric and the clean run's.
+
+    `reads` (token indices, increasing): the only positions whose logits the metric reads; each forward then
+    computes logits there only, and a site after the last of them takes the corrupt run's value without a forward
+    (a patch cannot reach an earlier token's logits)."""
     import torch
 
     head_ix = range(len(hs)) if hs is not None else [None]
     path = rt._path([(n, None) for n in names])
     out = torch.empty((len(names), len(pos), len(hs) if hs is not None else 1), dtype=torch.float32)
     with torch.inference_mode():
-        base_logits, base_cache = _extend(rt, cb.ids, 0, rt._new_cache(), path)
+        base_logits, base_cache = _extend(rt, cb.ids, 0, rt._new_cache(), path, reads)
         baseline = float(_values(metric, base_logits, 1)[0])
+        if clean_logits is not None and reads is not None:
+            clean_logits = clean_logits[:, reads]
         clean_value = float(_values(metric, clean_logits, 1)[0]) if clean_logits is not None else float("nan")
         # sites in position order, `batch_size` per forward; a forward starts at its first site's position
         sites = sorted(itertools.product(range(len(pos)), range(len(names)), head_ix), key=lambda x: (pos[x[0]], x[1]))
+        if reads is not None:
+            for pj, ni, hk in sites:
+                if pos[pj] > reads[-1]:
+                    out[ni, pj, hk or 0] = baseline
+            sites = [s for s in sites if pos[s[0]] <= reads[-1]]
         for start in range(0, len(sites), batch_size):
             chunk = sites[start:start + batch_size]
             m, first = len(chunk), min(pos[pj] for pj, _, _ in chunk)
@@ -463,13 +481,33 @@ def _scan_one(rt: Any, cb: Any, cache: dict[str, torch.Tensor], clean_logits: An
             hooks = [(names[ni], patch_hook(cache[names[ni]], names[ni], r, c, h if hs is not None else None, first=first))
                      for ni, (r, c, h) in by_name.items()]
             kv = _first_tokens(base_cache, first, m) if first else rt._new_cache()
+            keep = None if reads is None else [r - first for r in reads if r >= first]
             with rt._attached(hooks, path):
-                tail, _ = _extend(rt, cb.ids[:, first:].repeat(m, 1), first, kv, path)
-            logits = torch.cat([base_logits[:, :first].expand(m, -1, -1).to(tail.dtype), tail], dim=1)
+                tail, _ = _extend(rt, cb.ids[:, first:].repeat(m, 1), first, kv, path, keep)
+            if reads is None:
+                logits = torch.cat([base_logits[:, :first].expand(m, -1, -1).to(tail.dtype), tail], dim=1)
+            else:
+                before = sum(r < first for r in reads)
+                logits = torch.cat([base_logits[:, :before].expand(m, -1, -1).to(tail.dtype), tail], dim=1)
             values = _values(metric, logits, m).detach().float().cpu()
             for row, (pj, ni, hk) in enumerate(chunk):
                 out[ni, pj, hk or 0] = values[row]
     return out, baseline, clean_value
+
+
+def _reads(reads: Any, n_tok: int, pair: int | None = None) -> list[int] | None:
+    """`reads` resolved to increasing token indices of a prompt of n_tok tokens (negative from its end)."""
+    if reads is None:
+        return None
+    where = "" if pair is None else f"pair {pair}: "
+    if isinstance(reads, (str, bytes)) or not hasattr(reads, "__iter__"):
+        raise TypeError(f"reads must be a list of token indices the metric reads (e.g. [-1]), not {reads!r}"[:200])
+    reads = list(reads)
+    if not reads or any(isinstance(r, bool) or not isinstance(r, int) for r in reads):
+        raise TypeError(f"reads must be a non-empty list of token indices (ints), not {reads!r}"[:200])
+    if any(not -n_tok <= r < n_tok for r in reads):
+        raise ValueError(f"{where}reads {reads} must lie in -{n_tok}..{n_tok - 1} (the prompt has {n_tok} tokens)"[:200])
+    return sorted({r + n_tok if r < 0 else r for r in reads})
 
 
 def _check_batch_size(batch_size: Any) -> None:
@@ -480,7 +518,7 @@ def _check_batch_size(batch_size: Any) -> None:
 def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric | Sequence[Metric], names: str | Sequence[str],
                positions: Sequence[int] | Sequence[Sequence[int]] | None = None, heads: Sequence[int] | str | None = None,
                layers: Sequence[int] | None = None, batch_size: int = 64, groups: Sequence[Any] | None = None,
-               progress: bool = False) -> Scan | PairScan:
+               progress: bool = False, reads: Sequence[int] | None = None) -> Scan | PairScan:
     """Exact activation patching at every (site, position[, head]), `batch_size` patched runs per forward.
 
     Args:
@@ -500,6 +538,11 @@ def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric | Sequence[Metr
             copy of the prompt's activations and logits).
         groups: with N pairs, a label per pair (its template or family): intervals and sign flips follow them.
         progress: a progress bar over pairs.
+        reads: the token indices whose logits the metric reads (e.g. [-1]; negative from each prompt's end). Each
+            forward then computes logits there only, and the metric receives logits [rows, len(reads), vocab]
+            in increasing position order (so `logits[:, -1]` is still the last one): on a 262k vocabulary most
+            of a forward's work is the logits of every position. Sites after the last read take the corrupt
+            value without a forward. None: logits at every position.
 
     A patch at position p changes nothing before p (attention is causal), so the patched runs at p continue the
     corrupt run's KV cache cut to its first p tokens and compute tokens p.. only; the metric sees the corrupt
@@ -518,15 +561,22 @@ def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric | Sequence[Metr
     if pairs is None:
         if groups is not None:
             raise ValueError("groups= labels the pairs of a many-pair scan; one pair has no groups")
+        from interp.runtime.forward import as_rows
+
+        _reads(reads, len(as_rows(rt.tokenizer, corrupt)[0]))  # before the clean run's forward
         cb, cache, clean_logits = _pair(rt, corrupt, clean, names)
         n_tok = cb.lengths[0]
         _check_cached(cache, names, n_tok)
         pos, hs = _grid(names, cache, n_tok, positions, heads)
-        out, baseline, clean_value = _scan_one(rt, cb, cache, clean_logits, _one_metric(metric), names, pos, hs, batch_size)
+        out, baseline, clean_value = _scan_one(rt, cb, cache, clean_logits, _one_metric(metric), names, pos, hs, batch_size,
+                                               _reads(reads, n_tok))
         values = out if hs is not None else out[..., 0]
         return Scan(values, names, pos, hs, baseline, clean_value, "exact", layer_of)
+    for i, spec in enumerate(pairs[0]):
+        _reads(reads, len(spec.corrupt), i)
     return _many(rt, pairs, names, layer_of, heads, "exact", progress,
-                 lambda cb, cache, cl, m, pos, hs: _scan_one(rt, cb, cache, cl, m, names, pos, hs, batch_size), groups)
+                 lambda cb, cache, cl, m, pos, hs: _scan_one(rt, cb, cache, cl, m, names, pos, hs, batch_size,
+                                                            _reads(reads, cb.lengths[0])), groups)
 
 
 def _delta(clean: torch.Tensor, corrupt: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from interp.runtime.forward import batch_of
-from interp.runtime.patching import PairScan, Scan, _many, _one_metric, _pairs, _values
+from interp.runtime.patching import PairScan, Scan, _many, _one_metric, _pairs, _reads, _values
 
 if TYPE_CHECKING:
     import torch
@@ -89,7 +89,7 @@ def _adder(delta: torch.Tensor, rows: list[int], heads: list[int] | None) -> Any
 
 
 def _path_one(rt: Any, corrupt: list[int], clean: list[int], metric: Any, layer: int, head: int, receivers: str,
-              batch_size: int) -> tuple[torch.Tensor, float, float]:
+              batch_size: int, reads: Any = None) -> tuple[torch.Tensor, float, float]:
     """One pair: values [site, 1, head or 1], the corrupt and the clean metric."""
     import torch
     from transformer_lens import patching as tl_patching
@@ -98,9 +98,13 @@ def _path_one(rt: Any, corrupt: list[int], clean: list[int], metric: Any, layer:
     names, _, hs = _sites(rt, layer, receivers)
     cb, kb = batch_of(rt, [corrupt]), batch_of(rt, [clean])
     bridge = rt.bridge
+    keep = _reads(reads, len(corrupt))
+    extra = {} if keep is None else {"logits_to_keep": torch.tensor(keep)}
     with torch.inference_mode():
         clean_logits, clean_cache = bridge.run_with_cache(kb.ids, names_filter=[z])
         base_logits, base_cache = bridge.run_with_cache(cb.ids, names_filter=[z])
+        if keep is not None:
+            clean_logits, base_logits = clean_logits[:, keep], base_logits[:, keep]
         w_o = bridge.blocks[layer].attn.W_O[head]
         delta = (clean_cache[z][0, :, head] @ w_o - base_cache[z][0, :, head] @ w_o)  # [pos, d_model]
         baseline = float(_values(metric, base_logits, 1)[0])
@@ -118,7 +122,7 @@ def _path_one(rt: Any, corrupt: list[int], clean: list[int], metric: Any, layer:
                     heads.append(hs[k] if k is not None else 0)
                 hooks = [(names[i], _adder(delta, r, h if hs is not None else None)) for i, (r, h) in by_name.items()]
                 with rt._attached(hooks, "bridge"):
-                    logits = bridge(cb.ids.repeat(len(chunk), 1))
+                    logits = bridge(cb.ids.repeat(len(chunk), 1), **extra)
                 values = _values(metric, logits, len(chunk)).detach().float().cpu()
                 for row, (i, k) in enumerate(chunk):
                     out[i, 0, k or 0] = values[row]
@@ -134,7 +138,8 @@ class _nothing:
 
 
 def path_scan(rt: Any, corrupt: Any, clean: Any, metric: Any, sender: tuple[int, int], receivers: str = "q",
-              batch_size: int = 64, groups: Sequence[Any] | None = None, progress: bool = False) -> Scan | PairScan:
+              batch_size: int = 64, groups: Sequence[Any] | None = None, progress: bool = False,
+              reads: Sequence[int] | None = None) -> Scan | PairScan:
     """Path patching from `sender` = (layer, head) into every later receiver (see the module).
 
     Args:
@@ -145,6 +150,7 @@ def path_scan(rt: Any, corrupt: Any, clean: Any, metric: Any, sender: tuple[int,
             stream and the unembedding's input).
         batch_size: receivers per forward.
         groups: with N pairs, one label per pair (intervals and sign flips follow them).
+        reads: the token indices whose logits the metric reads (as in `patch_scan`): logits there only.
 
     Returns a `Scan` whose `names` are the receivers' hook names, `layers` their layers, `positions` the one
     label "every" (the write is added at every position) and `heads` the receiving heads (None for "resid").
@@ -159,16 +165,19 @@ def path_scan(rt: Any, corrupt: Any, clean: Any, metric: Any, sender: tuple[int,
         if len(cb.offsets) != 1 or len(kb.offsets) != 1 or cb.lengths != kb.lengths:
             raise ValueError(f"clean and corrupt prompts must be one prompt each, of the same length "
                              f"({kb.lengths} vs {cb.lengths} tokens)")
+        _reads(reads, cb.lengths[0])
         out, baseline, clean_value = _path_one(rt, cb.ids[0].tolist(), kb.ids[0].tolist(), _one_metric(metric), layer,
-                                               head, receivers, batch_size)
+                                               head, receivers, batch_size, reads)
         return Scan(out if hs is not None else out[..., 0], names, [EVERY], hs, baseline, clean_value,
                     f"path from {layer}.{head} into {receivers}", layer_of)
     specs, _ = pairs
     if any(isinstance(s.clean, dict) for s in specs):
         raise TypeError("path_scan takes clean prompts (texts or token lists), not caches")
+    for i, spec in enumerate(specs):
+        _reads(reads, len(spec.corrupt), i)
     scan = _many(rt, ([s for s in specs], [EVERY]), [], layer_of, None, f"path from {layer}.{head} into {receivers}",
                  progress, None, groups, runner=lambda spec: _path_one(rt, spec.corrupt, spec.clean, spec.metric, layer,
-                                                                       head, receivers, batch_size))
+                                                                       head, receivers, batch_size, reads))
     scan.names, scan.heads = names, hs
     if hs is None:
         scan.values = scan.values[..., 0] if scan.values.dim() == 4 else scan.values

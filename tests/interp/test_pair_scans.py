@@ -69,6 +69,34 @@ def test_a_many_pair_scan_is_every_pairs_own_scan(tiny):
         assert (attribution.values[i] - one.values).abs().max() <= 1e-5
 
 
+def test_logits_only_where_the_metric_reads_give_the_same_values(tiny):
+    """reads=[-1]: each forward computes the last token's logits only (the metric sees [rows, 1, vocab]); the values
+    are those of the full scan, and a metric reading two positions gets them in increasing order."""
+    cleans, corrupts, metrics = _pairs(tiny)
+    full = tiny.patch_scan(corrupts, cleans, metrics, "blocks.{L}.attn.hook_z", heads="all", positions=[0, 2, -2, -1])
+    kept = tiny.patch_scan(corrupts, cleans, metrics, "blocks.{L}.attn.hook_z", heads="all", positions=[0, 2, -2, -1],
+                           reads=[-1], batch_size=5)
+    assert (full.values - kept.values).abs().max() <= 1e-5
+    seen = []
+
+    def two(lg):
+        seen.append(lg.shape[1])
+        return lg[:, 0, 5] - lg[:, 1, 7]
+
+    a = tiny.patch_scan(corrupts[0], cleans[0], lambda lg: lg[:, 3, 5] - lg[:, -1, 7], "blocks.{L}.hook_resid_pre")
+    b = tiny.patch_scan(corrupts[0], cleans[0], two, "blocks.{L}.hook_resid_pre", reads=[-1, 3])
+    assert set(seen) == {2} and (a.values - b.values).abs().max() <= 1e-5
+    c = tiny.patch_scan(corrupts[0], cleans[0], lambda lg: lg[:, 0, 5], "blocks.{L}.hook_resid_pre", reads=[3])
+    d = tiny.patch_scan(corrupts[0], cleans[0], lambda lg: lg[:, 3, 5], "blocks.{L}.hook_resid_pre")
+    assert (c.values[:, 4:] == c.baseline).all() and (c.values - d.values).abs().max() <= 1e-5  # after 3: no forward
+    path = tiny.path_scan(corrupts[0], cleans[0], metrics[0], sender=(0, 1), reads=[-1])
+    assert (path.values - tiny.path_scan(corrupts[0], cleans[0], metrics[0], sender=(0, 1)).values).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="reads \\[99\\] must lie in"):
+        tiny.patch_scan(corrupts[0], cleans[0], metrics[0], "blocks.{L}.hook_resid_pre", reads=[99])
+    with pytest.raises(TypeError, match="reads must be a non-empty list"):
+        tiny.patch_scan(corrupts, cleans, metrics, "blocks.{L}.hook_resid_pre", positions=[-1], reads=[])
+
+
 @pytest.mark.parametrize("call, error, words", [
     (lambda rt, c, k, m: rt.patch_scan(c, k[:3], m, "blocks.{L}.hook_resid_pre", positions=[-1]), ValueError,
      "4 corrupt prompts and 3 clean"),
