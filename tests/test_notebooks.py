@@ -25,6 +25,7 @@ def _run(name):
 def test_the_patching_notebook_runs():
     text, drew = _run("patching.ipynb")
     assert "correlation exact vs attribution" in text and "restored fraction" in text and drew
+    assert "pairs in" in text and "mean_effect" in text and "head" in text  # the many-pair and the path scans
 
 
 @pytest.mark.slow

@@ -131,6 +131,20 @@ def test_bad_many_pair_input_is_one_sentence_before_any_forward(tiny, monkeypatc
     assert not any(h for m in tiny.model.modules() for h in (m._forward_hooks, m._forward_pre_hooks) if h)
 
 
+def test_float_rounding_is_never_an_effect():
+    """Sites whose clean and corrupt activations are equal are the corrupt value exactly, and effects within
+    ROUNDING of the metric's size count as 0: a same-signed rounding residue over 30 pairs would otherwise be
+    'significant' (it was, p = 0.004, in the patching notebook before)."""
+    n = 30
+    base = torch.linspace(5, 15, n)
+    values = base[:, None, None] + torch.stack([torch.full((n,), 3e-6) * base, torch.full((n,), 0.5)], 1)[:, :, None]
+    scan = patching.PairScan(values, ["a", "b"], [-1], None, base, base + 1.0)
+    inf = scan.summary()
+    assert inf.p[0] == 1 and inf.mean[0] == 0 and inf.p[1] < 0.001
+    broken = pair_inference(scan.effect.reshape(n, -1).double().numpy())  # without the floor: the residue "matters"
+    assert broken.p[0] < 0.001
+
+
 # --------------------------------------------------------------------------- the inference (constructed effects)
 
 def test_sign_flip_p_values_are_exact_on_constructed_effects():
@@ -242,6 +256,7 @@ def test_many_pair_scan_finds_the_site_that_decides_and_clears_those_that_cannot
     n = planner.info.n_layers
     last = frame.loc[(f"blocks.{n - 1}.hook_resid_post", -1)]
     assert (scan.clean - scan.baseline).min() > 0  # the organism reads its plan: every pair's metric moves
+    assert (scan.values[:, 1, 0] == scan.baseline).all()  # before the colour word: an identity patch, exactly
     assert last["lo"] > 0 and last["p"] <= 0.001  # the site that decides: interval excludes 0
     normalized = scan.normalized()[:, 0, 2]
     assert (normalized - 1).abs().max() <= 1e-3  # ... and patching it restores every pair's clean run
