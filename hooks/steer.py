@@ -43,6 +43,7 @@ def add_direction(vector: Float[np.ndarray, " d_model"], positions: Positions = 
     The vector is cast once per (device, dtype) to the activation's dtype; a zero vector leaves every
     value unchanged (x + 0 == x), so a zero-strength arm is an exact no-op (tested in bf16 and float32)."""
     _check(positions)
+    vector = _vector(vector)
     cache: dict[tuple, Any] = {}
     mode = positions if isinstance(positions, str) else ("all" if positions is None else "columns")
 
@@ -50,6 +51,9 @@ def add_direction(vector: Float[np.ndarray, " d_model"], positions: Positions = 
         import torch
 
         key = (act.device, act.dtype)
+        if act.shape[-1] != vector.shape[0]:
+            raise ValueError(f"the steering vector has {vector.shape[0]} entries and the hooked activation's last axis "
+                             f"{act.shape[-1]}: give a vector of the model's d_model at this hook")
         if key not in cache:
             cache[key] = torch.as_tensor(vector, dtype=act.dtype, device=act.device)
         if mode == "all":
@@ -68,4 +72,42 @@ def add_direction(vector: Float[np.ndarray, " d_model"], positions: Positions = 
         out[:, cols] = act[:, cols] + cache[key]
         return out
 
+    hook.from_first_column = _from_first_column(positions)  # type: ignore[attr-defined]
     return hook
+
+
+def _vector(vector: Any) -> np.ndarray:
+    """The steering vector as a finite 1-D float array, or one sentence."""
+    if isinstance(vector, (str, bytes)) or vector is None:
+        raise TypeError(f"the steering vector must be numbers (a 1-D array of d_model), not {type(vector).__name__}")
+    try:
+        arr = np.asarray(vector.detach().float().cpu() if hasattr(vector, "detach") else vector, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise TypeError(f"the steering vector must be numbers (a 1-D array of d_model), not {type(vector).__name__}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"the steering vector must be 1-D (d_model entries), not shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError("the steering vector holds NaN or inf: every entry must be a finite number")
+    return arr
+
+
+def _from_first_column(positions: Positions) -> bool:
+    """Whether `positions` names columns counted from the first one (non-negative indices, a slice from the start):
+    in a left-padded batch of prompts of different lengths those are padding in the shorter rows."""
+    if isinstance(positions, slice):
+        return positions.start is None or positions.start >= 0
+    if positions is None or isinstance(positions, str):
+        return False
+    return any(int(p) >= 0 for p in positions)
+
+
+def check_padding(hooks: Any, lengths: Sequence[int]) -> None:
+    """One sentence when a steering hook names columns from the first one and the rows differ in length (their
+    first columns are padding in the shorter rows: steering them would be silent and wrong)."""
+    if len(set(lengths)) <= 1:
+        return
+    for name, fn in hooks:
+        if getattr(fn, "from_first_column", False) or getattr(getattr(fn, "__wrapped__", None), "from_first_column", False):
+            raise ValueError(f"the steering hook on {name!r} names positions counted from the first column, which is "
+                             f"padding in the shorter of these rows ({min(lengths)}..{max(lengths)} tokens): use negative "
+                             "indices (from each prompt's last token), or prompts of one length")

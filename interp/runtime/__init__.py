@@ -181,6 +181,20 @@ class Runtime:
                 names.append(f"blocks.{n - 1}.hook_resid_post")
         return names
 
+    def check_names(self, names: Sequence[str]) -> None:
+        """One sentence (ValueError) for a hook name this model does not have, before any forward."""
+        if self.sites.serves(list(names)):
+            return
+        known = self.bridge.hook_dict
+        bad = [n for n in names if not self.sites.serves([n]) and n not in known]
+        if bad:
+            import difflib
+
+            near = difflib.get_close_matches(bad[0], list(known), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(f"no hook point {bad[0]!r} in {self.info.name}{hint}: blocks are 0..{self.info.n_layers - 1}; "
+                             "rt.bridge.hook_dict lists every name")
+
     def canonical_hooks(self, names: Sequence[str]) -> dict[str, list[str]]:
         """Group hook names by the hook point they resolve to (aliases share one), keyed by canonical name."""
         out: dict[str, list[str]] = {}
@@ -194,7 +208,7 @@ class Runtime:
         for name in names:
             point = hook_dict.get(name)
             if point is None:
-                raise KeyError(f"no hook point {name!r} in {self.info.name}")
+                raise ValueError(f"no hook point {name!r} in {self.info.name}: rt.bridge.hook_dict lists every name")
             by_point.setdefault(id(point), []).append(name)
             canon.setdefault(id(point), getattr(point, "name", None) or name)
         return {canon[k]: v for k, v in by_point.items()}
@@ -283,6 +297,7 @@ class Runtime:
         module scales), float32 on the CPU; a lexical baseline of the probe stage reads their mean."""
         import torch
 
+        tokens = _fw.token_rows(self, [tokens], "tokens")[0]
         emb = self.model.get_input_embeddings()
         with torch.inference_mode():
             ids = torch.tensor([list(tokens)], dtype=torch.long, device=emb.weight.device)
@@ -399,6 +414,7 @@ class Runtime:
         from hooks.attention import KeyGroupMass
 
         n = self.info.n_layers
+        tokens = _fw.token_rows(self, [tokens], "tokens")[0]
         layers = list(range(n)) if layers is None else list(layers)
         if any(not 0 <= layer < n for layer in layers):
             raise ValueError(f"layers must be in 0..{n - 1}")

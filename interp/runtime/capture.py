@@ -12,6 +12,8 @@ rule for free text: end of turn/EOS or the token cap, no code fence.
 
 from __future__ import annotations
 
+import numpy as np
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -115,6 +117,18 @@ def capture(rt: Runtime, prompts: Sequence[Sequence[int]], positions: Sequence[S
     (`kv.prefix_groups`) and runs each group whole (`capture_whole`) or after its prefix (`capture_after`)."""
     import torch
 
+    from interp.runtime.forward import token_rows
+
+    prompts = token_rows(rt, prompts)
+    if positions is None or isinstance(positions, (str, bytes)) or not hasattr(positions, "__iter__"):
+        raise TypeError(f"positions must be one list of token indices per prompt, not {type(positions).__name__}")
+    positions = [list(p) if hasattr(p, "__iter__") and not isinstance(p, (str, bytes)) else p for p in positions]
+    if len(positions) != len(prompts) or not all(isinstance(p, list) for p in positions):
+        raise ValueError(f"positions: one list of token indices per prompt ({len(prompts)} prompts, "
+                         f"{len(positions)} entries)")
+    if any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) for p in positions for x in p):
+        raise TypeError("positions must be token indices (ints)")
+    positions = [[int(x) for x in p] for p in positions]
     n_pos = {len(p) for p in positions}
     if len(n_pos) != 1:
         raise ValueError("every prompt needs the same number of positions")

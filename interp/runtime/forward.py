@@ -119,6 +119,31 @@ def vocab_size(rt: Any) -> int | None:
         return None
 
 
+def token_rows(rt: Any, prompts: Any, what: str = "prompts") -> list[list[int]]:
+    """`prompts` as token-id lists the model can read (a list of lists of ints, ids in its vocabulary), or one
+    sentence naming the argument: the generation and capture calls take token ids, not texts."""
+    if isinstance(prompts, str) or (hasattr(prompts, "__iter__") and not isinstance(prompts, (bytes, dict))
+                                    and any(isinstance(p, str) for p in list(prompts))):
+        raise TypeError(f"{what} must be token-id lists, not texts: tokenise them first (rt.tokenizer(text)"
+                        "['input_ids'], plain_prompt(rt.tokenizer, text).tokens or interp.prompts.build)")
+    if prompts is None or isinstance(prompts, (bytes, dict)) or not hasattr(prompts, "__iter__"):
+        raise TypeError(f"{what} must be a list of token-id lists, not {type(prompts).__name__}")
+    rows = []
+    vocab = vocab_size(rt)
+    for i, p in enumerate(list(prompts)):
+        if hasattr(p, "tolist") and not isinstance(p, (list, tuple)):
+            p = p.tolist()
+        if isinstance(p, (str, bytes, dict)) or not hasattr(p, "__iter__") or not all(_is_id(t) or isinstance(t, np.integer) for t in p):
+            raise TypeError(f"{what}[{i}] must be a list of token ids (ints), not {str(p)[:60]!r}")
+        row = [int(t) for t in p]
+        bad = [t for t in row if t < 0 or (vocab is not None and t >= vocab)]
+        if bad:
+            raise ValueError(f"{what}[{i}] holds token id {bad[0]}, outside the model's vocabulary 0..{vocab - 1}"
+                             if vocab is not None else f"{what}[{i}] holds the negative token id {bad[0]}")
+        rows.append(row)
+    return rows
+
+
 def batch_of(rt: Any, inputs: Any) -> Batch:
     rows = as_rows(rt.tokenizer, inputs)
     vocab = vocab_size(rt)
@@ -170,13 +195,20 @@ def _shape_checked(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                              "return a tensor of the same shape, or None to leave it")
         return got
 
+    hook.__wrapped__ = fn  # type: ignore[attr-defined]
     return hook
 
 
 def forward(rt: Any, inputs: Any, hooks: Hooks = (), grad: bool = False) -> Float[torch.Tensor, "batch seq vocab"]:
     """Logits [batch, seq, vocab] of a teacher-forced pass with `hooks` attached (see `Runtime.forward`)."""
+    from hooks.steer import check_padding
+
+    if not isinstance(grad, bool):
+        raise TypeError(f"grad must be True or False, not {grad!r}"[:200])
     hooks = checked_hooks(hooks)
+    rt.check_names([n for n, _ in hooks])
     batch = batch_of(rt, inputs)
+    check_padding(hooks, batch.lengths)
     return logits_of(rt, batch, hooks, rt._path(list(hooks)), grad)
 
 
@@ -234,11 +266,19 @@ def run_with_cache(rt: Any, inputs: Any, names: Sequence[str] | str | None = Non
                    positions: Sequence[int] | Sequence[Sequence[int]] | None = None, hooks: Hooks = (),
                    device: str | None = "cpu") -> tuple[Float[torch.Tensor, "batch seq vocab"], dict[str, torch.Tensor]]:
     """(logits, cache) with the activations of `names` at `positions` (see `Runtime.run_with_cache`)."""
+    from hooks.steer import check_padding
+
     hooks = checked_hooks(hooks)
     batch = batch_of(rt, inputs)
+    check_padding(hooks, batch.lengths)
     if names is None:
         names = rt.hook_names()
+    if isinstance(names, (bytes, dict)) or not (isinstance(names, str) or hasattr(names, "__iter__")):
+        raise TypeError(f"names must be a hook name or a list of hook names, not {type(names).__name__}")
     names = [names] if isinstance(names, str) else list(names)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"names must be a non-empty list of hook names (strings), not {names!r}"[:200])
+    rt.check_names(names + [n for n, _ in hooks])
     rec = Recorder(rt, names, batch.columns(positions), device=device)
     # the cache records what flows after the caller's hooks (a patched run caches the patched values)
     all_hooks = list(hooks) + rec.hooks()
@@ -254,4 +294,4 @@ def hooks_attached(rt: Any, hooks: Hooks) -> Iterator[str]:
         yield path
 
 
-__all__ = ["Batch", "Recorder", "as_rows", "batch_of", "checked_hooks", "forward", "logits_of", "position_axis", "run_with_cache"]
+__all__ = ["Batch", "Recorder", "as_rows", "batch_of", "checked_hooks", "token_rows", "forward", "logits_of", "position_axis", "run_with_cache"]

@@ -10,6 +10,8 @@ padding on the left (`kv.suffix_block`, `kv.shift_rows`); the runtime's module d
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -36,6 +38,13 @@ class Sampling:
     temperature: float = 0.0  #: 0 = greedy (argmax); > 0 samples from softmax(logits / temperature)
     seed: int = 0  #: seed of the row's own torch.Generator
 
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"Sampling: temperature must be a finite number >= 0 (0 = greedy), not {t!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise TypeError(f"Sampling: seed must be an int, not {self.seed!r}")
+
 
 @dataclass(frozen=True)
 class StopRule:
@@ -46,6 +55,13 @@ class StopRule:
     fence: bool = True  #: stop at the ``` that closes the program's code block
     open_fence: bool = False  #: the prompt already opened the block, so the first ``` closes it
     strings: tuple[str, ...] = ()  #: custom stop strings (the text is cut after the first one found)
+
+    def __post_init__(self) -> None:
+        n = self.max_new_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"StopRule: max_new_tokens must be a positive integer, not {n!r}")
+        if isinstance(self.strings, str) or not all(isinstance(x, str) and x for x in self.strings):
+            raise TypeError(f"StopRule: strings must be a tuple of non-empty stop strings, not {self.strings!r}"[:200])
 
     @classmethod
     def free_text(cls, max_new_tokens: int = 256, strings: tuple[str, ...] = ()) -> "StopRule":
@@ -61,13 +77,32 @@ class Generation:
     stop: str = ""  #: eos | fence | string | max_tokens
 
 
+def _samplings(sampling: Any, n: int, what: str) -> list[Sampling]:
+    if isinstance(sampling, Sampling):
+        sampling = [sampling]
+    if isinstance(sampling, (str, bytes, dict)) or not hasattr(sampling, "__iter__"):
+        raise TypeError(f"sampling must be a list of Sampling, one per {what}, not {type(sampling).__name__}")
+    sampling = list(sampling)
+    if len(sampling) != n:
+        raise ValueError(f"one Sampling per {what}: {n} {what}{'es' if what == 'prefix' else 's'} and {len(sampling)} Sampling")
+    if not all(isinstance(x, Sampling) for x in sampling):
+        raise TypeError("sampling must hold Sampling(temperature=..., seed=...) objects")
+    return sampling
+
+
 def generate(rt: Runtime, prompts: Sequence[Sequence[int]], sampling: Sequence[Sampling], stop: StopRule = StopRule(),
              hooks: Hooks = (), on_token: Callable[[int], None] | None = None) -> list[Generation]:
     """`Runtime.generate`: one continuation per prompt row."""
     import torch
 
-    if len(prompts) != len(sampling):
-        raise ValueError("one Sampling per prompt")
+    from hooks.steer import check_padding
+    from interp.runtime.forward import checked_hooks, token_rows
+
+    prompts = token_rows(rt, prompts)
+    sampling = _samplings(sampling, len(prompts), "prompt")
+    hooks = checked_hooks(hooks)
+    rt.check_names([n for n, _ in hooks])
+    check_padding(hooks, [len(p) for p in prompts])
     common = kv.common_prefix(prompts) if rt.share_prefill and not hooks else 0
     if common >= kv.SHARED_PREFIX_MIN:
         # every row starts with the same tokens (a few-shot protocol's examples): prefill them once, as
@@ -102,8 +137,15 @@ def continue_batch(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequen
     """`Runtime.continue_batch` (its docstring says what a row generates and where the hooks act)."""
     import torch
 
-    if len(suffixes) != len(sampling):
-        raise ValueError("one Sampling per suffix")
+    from interp.runtime.forward import checked_hooks, token_rows
+
+    if prefix is None or isinstance(prefix, (str, bytes)) or not hasattr(prefix, "__iter__"):
+        raise TypeError(f"prefix must be a list of token ids, not {type(prefix).__name__}")
+    prefix = token_rows(rt, [prefix], "prefix")[0] if len(list(prefix)) else []
+    suffixes = token_rows(rt, suffixes, "suffixes")
+    sampling = _samplings(sampling, len(suffixes), "suffix")
+    hooks, prefill_hooks = checked_hooks(hooks), checked_hooks(prefill_hooks)
+    rt.check_names([n for n, _ in list(hooks) + list(prefill_hooks)])
     if not prefix or any(len(x) == 0 for x in suffixes):
         raise ValueError("the prefix and every suffix need at least one token")
     b = len(suffixes)

@@ -309,10 +309,20 @@ def site_names(rt: Any, names: str | Sequence[str], layers: Sequence[int] | None
         layers = list(range(rt.info.n_layers)) if layers is None else list(layers)
         if any(not 0 <= layer < rt.info.n_layers for layer in layers):
             raise ValueError(f"layers must lie in 0..{rt.info.n_layers - 1}")
-        return [names.replace("{L}", str(layer)) for layer in layers], layers
+        out = [names.replace("{L}", str(layer)) for layer in layers]
+        if not out:
+            raise ValueError("layers= is empty: no site to scan")
+        rt.check_names(out)
+        return out, layers
     if layers is not None:
         raise ValueError("layers= goes with a name template containing {L}, e.g. 'blocks.{L}.attn.hook_z'")
-    return ([names] if isinstance(names, str) else list(names)), None
+    if isinstance(names, (bytes, dict)) or not (isinstance(names, str) or hasattr(names, "__iter__")):
+        raise TypeError(f"names must be a hook name, a template with {{L}} or a list of names, not {type(names).__name__}")
+    out = [names] if isinstance(names, str) else list(names)
+    if not out or not all(isinstance(n, str) for n in out):
+        raise TypeError(f"names must be a hook name, a template with {{L}} or a non-empty list of names, not {names!r}"[:200])
+    rt.check_names(out)
+    return out, None
 
 
 def _values(metric: Metric, logits: torch.Tensor, rows: int) -> Float[torch.Tensor, " rows"]:

@@ -73,8 +73,24 @@ def dose_response(measure: Callable[[float], Sequence[float]], alphas: Sequence[
 
     alphas = check_strengths(alphas, level)
     rows = []
+    if not callable(measure):
+        raise TypeError(f"measure must be a function of the strength returning one value per unit, not "
+                        f"{type(measure).__name__}")
     for a in alphas:
-        values = [float(x) for x in np.asarray(measure(float(a)), dtype=np.float64).reshape(-1)]
+        got = measure(float(a))
+        if got is None or isinstance(got, (str, bytes, dict)):
+            raise TypeError(f"measure({a}) returned {type(got).__name__}: it must return a list or array of numbers "
+                            "(one per prompt or unit)")
+        try:
+            arr = np.asarray(got.detach().float().cpu() if hasattr(got, "detach") else got, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise TypeError(f"measure({a}) returned {type(got).__name__}, not a list or array of numbers") from None
+        if arr.size == 0:
+            raise ValueError(f"measure({a}) returned no values: it must return one value per prompt or unit")
+        if not np.isfinite(arr).all():
+            raise ValueError(f"measure({a}) returned NaN or inf for {int((~np.isfinite(arr)).sum())} of {arr.size} "
+                             "units: a mean with an interval needs finite values")
+        values = [float(x) for x in arr]
         mean, lo, hi, n = mean_interval(values, level)
         rows.append({"alpha": float(a), "metric": mean, "low": lo, "high": hi, "n": n, "level": level,
                      "note": "" if n >= 2 else f"n = {n}, no interval"})
@@ -87,6 +103,9 @@ def logit_dose_response(rt: Any, inputs: Any, name: str, direction: Any, alphas:
     at `positions` (hooks.steer.add_direction): one teacher-forced pass of every prompt per strength."""
     from hooks.steer import add_direction
 
+    if not isinstance(name, str):
+        raise TypeError(f"name must be one hook name (a string), not {type(name).__name__}")
+    rt.check_names([name])
     if isinstance(positions, str) and positions == "generated":
         raise ValueError("positions='generated' steers tokens a model generates, and a dose-response is one teacher-forced "
                          "forward with none: give 'prompt', None (every position), a slice or token indices")
@@ -117,6 +136,15 @@ def plot_dose_response(table: pd.DataFrame, ax: Any = None, label: str | None = 
     """The table as a line with its intervals (error bars) and n (in the legend when every row has the same n,
     else beside each point); rows without an interval are drawn hollow and say so in the legend. A dashed line
     marks the unsteered value. Call again with `ax=` to overlay another table. Returns the Figure."""
+    import pandas as pd
+
+    need = ("alpha", "metric", "low", "high", "n", "level")
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError(f"table must be the DataFrame dose_response returns, not {type(table).__name__}")
+    missing = [c for c in need if c not in table.columns]
+    if missing or table.empty:
+        raise ValueError(f"table lacks the columns {missing} of a dose-response table ({', '.join(need)})" if missing
+                         else "table has no rows: nothing to draw")
     if ax is None:
         from matplotlib.figure import Figure
 

@@ -157,7 +157,7 @@ def test_capture_matches_run_with_cache_at_the_positions(tiny):
 def test_alias_hook_names_are_registered_once(tiny):
     grouped = tiny.canonical_hooks(["blocks.0.hook_resid_pre", "blocks.0.hook_in", "blocks.1.hook_out", "blocks.1.hook_resid_post"])
     assert sorted(len(v) for v in grouped.values()) == [2, 2] and len(grouped) == 2
-    with pytest.raises(KeyError, match="no hook point"):
+    with pytest.raises(ValueError, match="no hook point"):
         tiny.canonical_hooks(["blocks.9.hook_resid_pre"])
 
 

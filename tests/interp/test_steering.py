@@ -83,7 +83,8 @@ def _logit_diff_case(rt):
 def test_dose_response_slope_is_the_constructed_one(tiny):
     """The logits are linear in the final norm's output, so adding alpha * (W_U[t] - W_U[u]) there at the last token
     moves the logit difference by exactly alpha * |W_U[t] - W_U[u]|^2 in every prompt. Steering the first token
-    instead (a broken position) moves nothing at the last one: the same check fails for it."""
+    instead (a broken position: the token before the last) moves nothing at the last one: the same check fails for it.
+    A first-column index on prompts of different lengths names padding in the shorter one: refused (issue 40)."""
     ids, direction, metric, slope = _logit_diff_case(tiny)
     alphas = [0.0, 0.5, 1.0, 2.0]
     table = tiny.dose_response(ids, "ln_final.hook_out", direction, alphas, metric, positions=[-1])
@@ -91,8 +92,10 @@ def test_dose_response_slope_is_the_constructed_one(tiny):
     assert list(table["n"]) == [2] * 4 and (table["low"] <= table["metric"]).all() and (table["metric"] <= table["high"]).all()
     rise = table["metric"] - table["metric"][0]
     assert np.allclose(rise, slope * np.asarray(alphas), rtol=1e-4, atol=1e-4)
-    wrong = tiny.dose_response(ids, "ln_final.hook_out", direction, alphas, metric, positions=[0])
+    wrong = tiny.dose_response(ids, "ln_final.hook_out", direction, alphas, metric, positions=[-2])
     assert not np.allclose(wrong["metric"] - wrong["metric"][0], slope * np.asarray(alphas), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="counted from the first column, which is padding"):
+        tiny.dose_response(ids, "ln_final.hook_out", direction, alphas, metric, positions=[0])
     fig = plot_dose_response(table, ylabel="logit difference")
     ax = fig.axes[0]
     assert ax.get_xlabel() == "steering strength alpha" and ax.get_ylabel() == "logit difference"
