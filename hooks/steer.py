@@ -41,9 +41,21 @@ def add_direction(vector: Float[np.ndarray, " d_model"], positions: Positions = 
     """A forward hook adding `vector` to the hooked activation ([batch, pos, d_model]) at `positions` (module doc).
 
     The vector is cast once per (device, dtype) to the activation's dtype; a zero vector leaves every
-    value unchanged (x + 0 == x), so a zero-strength arm is an exact no-op (tested in bf16 and float32)."""
+    value unchanged (x + 0 == x), so a zero-strength arm is an exact no-op (tested in bf16 and float32).
+
+    Args:
+        vector: d_model finite numbers (numpy, torch or a list).
+        positions: None (every position), "prompt", "generated", a slice or token indices of the prompt pass
+            (negative from the prompt's last token; first-column indices on rows of different lengths are refused
+            by the runtime's calls, they would steer padding).
+
+    Example::
+
+        hook = add_direction(2.0 * v, positions=[-1])
+        steered = rt.forward(tokens, hooks=[("blocks.2.hook_resid_pre", hook)])
+    """
     _check(positions)
-    vector = _vector(vector)
+    size = _vector(vector).shape[0]  # checked here; the vector itself is cast as given (no extra rounding step)
     cache: dict[tuple, Any] = {}
     mode = positions if isinstance(positions, str) else ("all" if positions is None else "columns")
 
@@ -51,8 +63,8 @@ def add_direction(vector: Float[np.ndarray, " d_model"], positions: Positions = 
         import torch
 
         key = (act.device, act.dtype)
-        if act.shape[-1] != vector.shape[0]:
-            raise ValueError(f"the steering vector has {vector.shape[0]} entries and the hooked activation's last axis "
+        if act.shape[-1] != size:
+            raise ValueError(f"the steering vector has {size} entries and the hooked activation's last axis "
                              f"{act.shape[-1]}: give a vector of the model's d_model at this hook")
         if key not in cache:
             cache[key] = torch.as_tensor(vector, dtype=act.dtype, device=act.device)

@@ -115,9 +115,24 @@ class Runtime:
     def load(cls, model: str, device: str | None = None, dtype: str | None = None, compat: bool = False,
              attention: str | None = None, trust_remote_code: bool = False, device_map: str | dict | None = None,
              quantize: str | None = None) -> "Runtime":
-        """Boot `model` (registry name, local HF folder, or a hub name in the local cache).
+        """Boot `model` onto its device, ready for every call below.
 
-            rt = Runtime.load("smollm2")   # or a folder: Runtime.load("/models/Llama-3.1-8B", dtype="bfloat16")"""
+        Args:
+            model: a registry name (`smollm2-135m-instruct`, `gemma3-270m`, `organism:NAME`), a local Hugging Face folder,
+                or a hub name already in the local cache (nothing is downloaded).
+            device: "cpu", "cuda", "cuda:N" or "mps"; None: CUDA when present, else the CPU.
+            dtype: "float32", "bfloat16" or "float16"; None: bfloat16 on a GPU, float32 on the CPU.
+            compat: boot the TransformerBridge at load in TransformerLens compatibility mode (every call through it).
+            attention: "sdpa" or "eager"; None: the fastest kernel the architecture has.
+            trust_remote_code: let a folder's own modeling code run (never implied).
+            device_map: "auto" spreads the blocks over the visible GPUs (default: all on `device`).
+            quantize: "8bit" or "4bit" (bitsandbytes) weights.
+
+        Example::
+
+            rt = Runtime.load("organism:xor-planner", device="cpu")
+            rt.info.n_layers
+        """
         kind, folder = locate(model, evaluate=evaluate_organism)  # an organism trained now is scored by this runtime
         device = device or _default_device()
         return cls.from_folder(folder, name=model, source=kind, device=device, dtype=_dtype(dtype, device), compat=compat,
@@ -129,17 +144,32 @@ class Runtime:
                     dtype: str | torch.dtype | None = None, compat: bool = False, attention: str | None = None,
                     trust_remote_code: bool = False, device_map: str | dict | None = None,
                     quantize: str | None = None) -> "Runtime":
-        """Load a Hugging Face folder. `attention=None` takes the fastest kernel the architecture has (sdpa,
-        else eager); `device_map` "auto" spreads the blocks over the visible GPUs (default: all on `device`);
-        `quantize` 8bit/4bit loads bitsandbytes weights; `trust_remote_code` lets a folder's own modeling
-        code run (never implied)."""
+        """Load a Hugging Face folder (what `load` does once it has found the folder).
+
+        Args:
+            folder: the model folder (config.json, weights, tokenizer).
+            name: the name the runtime reports (default: the folder's).
+            source: where the folder came from, recorded in `info` ("folder", "registry", "organism", ...).
+            device, dtype, compat, attention, trust_remote_code, device_map, quantize: as in `load`.
+
+        Example::
+
+            from interp.organisms import folder_for
+            again = Runtime.from_folder(folder_for("organism:xor-planner"), name="planner", device="cpu")
+            again.info.name
+        """
         got = open_folder(folder, name=name, source=source, device=device, dtype=dtype, compat=compat, attention=attention,
                           trust_remote_code=trust_remote_code, device_map=device_map, quantize=quantize)
         return cls(got.model, got.tokenizer, got.info, got.sites, bridge=got.bridge, bridge_factory=got.boot)
 
     @property
     def bridge(self) -> TransformerBridge:
-        """The TransformerBridge over the same weights, booted on first use (ModelError when it has no adapter)."""
+        """The TransformerBridge over the same weights, booted on first use (ModelError when it has no adapter).
+
+        Example::
+
+            names = sorted(rt.bridge.hook_dict)   # every hook name a call can take
+        """
         if self._bridge is None:
             if self._bridge_factory is None:
                 raise ModelError(f"{self.info.name}: no TransformerBridge was booted for this runtime")
@@ -148,7 +178,14 @@ class Runtime:
 
     @contextlib.contextmanager
     def via_bridge(self) -> Iterator[None]:
-        """Run every call inside the block through the bridge (eager attention): a reference to test against."""
+        """Run every call inside the block through the TransformerBridge (eager attention): a reference to test
+        against; the bridge is booted here, so an unsupported architecture fails at once.
+
+        Example::
+
+            with rt.via_bridge():
+                reference = rt.forward(tokens)
+        """
         before = self._force_bridge
         self.bridge  # noqa: B018 - boot it now, so an unsupported architecture fails here
         self._force_bridge = True
@@ -160,8 +197,16 @@ class Runtime:
     # ------------------------------------------------------------------ hook points
 
     def hook_names(self, layers: Sequence[int] | None = None, final: str = "pre-norm") -> list[str]:
-        """Residual-stream sites: resid_pre of block L for L < n_layers; L = n_layers is the final site,
-        the last block's resid_post (before the final norm) or, with final="post-norm", `ln_final.hook_out`."""
+        """Residual-stream sites: resid_pre of block L for L < n_layers; L = n_layers is the final site.
+
+        Args:
+            layers: which sites, 0..n_layers (default: all).
+            final: "pre-norm" (the last block's output) or "post-norm" (`ln_final.hook_out`) for L = n_layers.
+
+        Example::
+
+            rt.hook_names([0, rt.info.n_layers])   # ['blocks.0.hook_resid_pre', 'blocks.3.hook_resid_post']
+        """
         if final not in FINAL_SITES:
             raise ValueError(f"final site must be one of {FINAL_SITES}, not {final!r}")
         n = self.info.n_layers
@@ -182,7 +227,16 @@ class Runtime:
         return names
 
     def check_names(self, names: Sequence[str]) -> None:
-        """One sentence (ValueError) for a hook name this model does not have, before any forward."""
+        """One sentence (ValueError, with the nearest existing name) for a hook name this model lacks, before any
+        forward; every call that takes hook names runs it.
+
+        Args:
+            names: hook names (residual names, or any name of `rt.bridge.hook_dict`).
+
+        Example::
+
+            rt.check_names(["blocks.0.hook_resid_pre", "blocks.1.attn.hook_z"])   # silent: both exist
+        """
         if self.sites.serves(list(names)):
             return
         known = self.bridge.hook_dict
@@ -196,7 +250,15 @@ class Runtime:
                              "rt.bridge.hook_dict lists every name")
 
     def canonical_hooks(self, names: Sequence[str]) -> dict[str, list[str]]:
-        """Group hook names by the hook point they resolve to (aliases share one), keyed by canonical name."""
+        """Group hook names by the hook point they resolve to (aliases share one), keyed by canonical name.
+
+        Args:
+            names: hook names; an unknown one is a ValueError.
+
+        Example::
+
+            rt.canonical_hooks(["blocks.0.hook_resid_pre", "blocks.0.hook_in"])   # one point, two aliases
+        """
         out: dict[str, list[str]] = {}
         if self.sites.serves(names):
             for name in names:
@@ -250,7 +312,16 @@ class Runtime:
         return kv.growing_cache()
 
     def pad(self, prompts: Sequence[Sequence[int]]) -> tuple[Int[torch.Tensor, "batch seq"], Int[torch.Tensor, "batch seq"], list[int]]:
-        """Left-pad token lists: ids [b, T], mask [b, T], and each row's offset."""
+        """Left-pad token lists for one batch: ids [b, T], mask [b, T] (1 = real token), and each row's offset (its
+        pad count).
+
+        Args:
+            prompts: token-id lists, each at least one token.
+
+        Example::
+
+            ids, mask, offsets = rt.pad([tokens, tokens[:5]])
+        """
         import torch
 
         if not prompts or any(len(p) == 0 for p in prompts):
@@ -274,8 +345,18 @@ class Runtime:
                  hooks: Hooks = (), on_token: Callable[[int], None] | None = None) -> list[Generation]:
         """Generate one continuation per prompt row; `sampling[i]` decides row i's tokens; `hooks` run at every step.
 
-            gens = rt.generate([tokens], [Sampling(temperature=0.0, seed=0)], StopRule.free_text(64))
-            gens[0].text, gens[0].stop, gens[0].entropy"""
+        Args:
+            prompts: token-id lists (tokenise texts first: `rt.tokenizer(text)["input_ids"]` or `plain_prompt`).
+            sampling: one `Sampling(temperature, seed)` per prompt (temperature 0 = greedy, each row its own generator).
+            stop: a `StopRule` (the token cap, EOS, the code fence, stop strings); `StopRule.free_text(n)` for prose.
+            hooks: (hook name, fn(tensor, hook)) pairs attached to the prefill and every decode step (e.g. steering).
+            on_token: called with the number of tokens produced at each step (progress bars).
+
+        Example::
+
+            gens = rt.generate([tokens], [Sampling(temperature=0.0, seed=0)], StopRule.free_text(8))
+            gens[0].text, gens[0].stop, gens[0].entropy
+        """
         return _gen.generate(self, prompts, sampling, stop, hooks, on_token)
 
     def continue_batch(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], sampling: Sequence[Sampling],
@@ -283,18 +364,39 @@ class Runtime:
                        on_token: Callable[[int], None] | None = None) -> list[Generation]:
         """Continue `prefix + suffixes[i]` for every row, computing the shared prefix once.
 
-        Row i generates exactly what `generate([prefix + suffixes[i]])` would (tested on every
-        architecture, sliding windows included). `hooks` run at every step (steering), on the prefix
-        too; `prefill_hooks` run while the suffixes are processed (activation patching at the cut).
-        Their tensor is [rows, S, d_model] with row i's suffix in its last len(suffixes[i]) positions;
-        what a prefill hook writes anywhere else is discarded."""
+        Row i generates exactly what `generate([prefix + suffixes[i]])` would (tested on every architecture, sliding
+        windows included).
+
+        Args:
+            prefix: the shared token ids.
+            suffixes: one token-id list per row, each at least one token.
+            sampling: one `Sampling` per suffix.
+            stop: a `StopRule`, as in `generate`.
+            hooks: run at every step (steering), on the prefix too.
+            prefill_hooks: run while the suffixes are processed (activation patching at the cut); their tensor is
+                [rows, S, d_model] with row i's suffix in its last len(suffixes[i]) positions, and what a prefill hook
+                writes anywhere else is discarded.
+            on_token: called with the number of tokens produced at each step.
+
+        Example::
+
+            gens = rt.continue_batch(tokens[:6], [tokens[6:], tokens[6:9]], [Sampling(), Sampling()], StopRule.free_text(4))
+        """
         return _gen.continue_batch(self, prefix, suffixes, sampling, stop, hooks, prefill_hooks, on_token)
 
     # ------------------------------------------------------------------ capture (capture.py)
 
     def input_embeddings(self, tokens: Sequence[int]) -> Float[np.ndarray, "tokens d_model"]:
         """The model's own input embeddings of these tokens (its embedding module, scaling included where the
-        module scales), float32 on the CPU; a lexical baseline of the probe stage reads their mean."""
+        module scales), float32 on the CPU; a lexical baseline of the probe stage reads their mean.
+
+        Args:
+            tokens: token ids of the model's vocabulary.
+
+        Example::
+
+            rt.input_embeddings(tokens).shape   # (len(tokens), d_model)
+        """
         import torch
 
         tokens = _fw.token_rows(self, [tokens], "tokens")[0]
@@ -308,59 +410,94 @@ class Runtime:
                 layers: Sequence[int] | None = None, final: str = "pre-norm") -> Float[torch.Tensor, "batch site pos d_model"]:
         """Residual stream at `positions` (per prompt, indices into its own tokens) at every site of `hook_names`.
 
-        Returns float32 [batch, n_sites, n_positions, d_model]: resid_pre of each block in `layers`, and for
-        layer n_layers the final site (`final`: pre-norm, the last block's output; post-norm, the final
-        norm's output). Hooks slice the positions out as the forward pass runs, so only
-        [batch, positions, d_model] per site is ever kept. Rows that share a long prefix (a few-shot
-        protocol's examples) compute it once (`kv.prefix_groups`, `capture.capture_after`): the same activations
-        up to float rounding; `share_prefill = False` runs one whole pass per prompt.
+        Returns float32 [batch, n_sites, n_positions, d_model]. Hooks slice the positions out as the forward pass runs, so
+        only [batch, positions, d_model] per site is ever kept. Rows that share a long prefix (a few-shot protocol's
+        examples) compute it once (`kv.prefix_groups`): the same activations up to float rounding; `share_prefill = False`
+        runs one whole pass per prompt.
 
-            acts = rt.capture([p.tokens for p in built], [list(p.positions.values()) for p in built], layers=[0, 6, 12])
+        Args:
+            prompts: token-id lists.
+            positions: one list of token indices per prompt (the same count for every prompt).
+            layers: sites 0..n_layers (default all): resid_pre of each block, n_layers the final site.
+            final: "pre-norm" (the last block's output) or "post-norm" (the final norm's output) for layer n_layers.
+
+        Example::
+
+            acts = rt.capture([tokens, tokens[:7]], [[-1 + len(tokens)], [6]], layers=[0, 2])
+            acts.shape   # [2, 2, 1, d_model]
         """
         return _capture.capture(self, prompts, positions, layers, final)
 
     # ------------------------------------------------------------------ forward, cache, patching (forward.py, patching.py)
 
     def forward(self, inputs: Any, hooks: Hooks = (), grad: bool = False) -> Float[torch.Tensor, "batch seq vocab"]:
-        """Logits [batch, seq, vocab] of one teacher-forced pass with `hooks` ([(name, fn(tensor, hook))]) attached.
+        """Logits [batch, seq, vocab] of one teacher-forced pass with `hooks` attached.
 
-        `inputs`: a text, a list of texts, token ids or a list of token-id lists (rows of different lengths are
-        left-padded, with a mask and position ids: row i's token j is column `offset_i + j`). Residual-stream
-        names run on the model's own blocks, any other name through the bridge (interp/runtime/forward.py).
-        `grad=True` keeps the autograd graph (attribution patching); otherwise it runs in inference mode.
+        Args:
+            inputs: a text, a list of texts, token ids or a list of token-id lists (rows of different lengths are
+                left-padded, with a mask and position ids: row i's token j is column `offset_i + j`).
+            hooks: (hook name, fn(tensor, hook)) pairs; fn returns the replacement or None. Residual-stream names run
+                on the model's own blocks, any other name through the bridge (interp/runtime/forward.py).
+            grad: True keeps the autograd graph (attribution patching); otherwise inference mode.
 
-            logits = rt.forward("Draw the flag of Germany.")
-            zeroed = rt.forward(text, hooks=[("blocks.3.attn.hook_z", lambda z, hook: z * 0)])"""
+        Example::
+
+            logits = rt.forward(text)
+            zeroed = rt.forward(text, hooks=[("blocks.2.attn.hook_z", lambda z, hook: z * 0)])
+        """
         return _fw.forward(self, inputs, hooks, grad)
 
     def run_with_cache(self, inputs: Any, names: Sequence[str] | str | None = None,
                        positions: Sequence[int] | Sequence[Sequence[int]] | None = None, hooks: Hooks = (),
                        device: str | None = "cpu") -> tuple[Float[torch.Tensor, "batch seq vocab"], dict[str, torch.Tensor]]:
-        """(logits, cache): `cache[name]` is the activation of each hook name (default: every residual site of
-        `hook_names()`), float32 on `device` (None: where the model runs), sliced to `positions` (indices into
-        each row's tokens, one list for all rows or one per row; negative from the end; the query axis of an
-        attention pattern). `hooks` run first, so a patched run caches its patched values.
+        """(logits, cache): `cache[name]` is the activation of each hook name.
 
-            logits, cache = rt.run_with_cache(text, names=["blocks.2.hook_resid_post", "blocks.2.attn.hook_z"],
-                                              positions=[-1])
-            cache["blocks.2.attn.hook_z"].shape   # [1, 1, n_heads, d_head]"""
+        Args:
+            inputs: as in `forward`.
+            names: hook names (default: every residual site of `hook_names()`).
+            positions: indices into each row's tokens, one list for all rows or one per row, negative from the end
+                (the query axis of an attention pattern); None keeps every position.
+            hooks: run first, so a patched run caches its patched values.
+            device: where the cache is kept, float32 ("cpu"; None: where the model runs).
+
+        Example::
+
+            logits, cache = rt.run_with_cache(text, names=["blocks.2.hook_resid_post", "blocks.2.attn.hook_z"], positions=[-1])
+            cache["blocks.2.attn.hook_z"].shape   # [1, 1, n_heads, d_head]
+        """
         return _fw.run_with_cache(self, inputs, names, positions, hooks, device)
 
     def patch_scan(self, corrupt: Any, clean: Any, metric: Any, names: str | Sequence[str],
                    positions: Any = None, heads: Sequence[int] | str | None = None,
                    layers: Sequence[int] | None = None, batch_size: int = 64, groups: Sequence[Any] | None = None,
                    progress: bool = False, reads: Sequence[int] | None = None) -> Any:
-        """Exact activation patching of `clean` into `corrupt` at every (name, position[, head]), many patched runs
-        per forward (interp/runtime/patching.py, where every argument is described). `names`: a template such as
-        "blocks.{L}.attn.hook_z" (over `layers`, default all) or a list; `metric(logits)` returns one value per row.
-        N corrupt and N clean prompts give a `PairScan`: per-pair values and, per site, the mean effect with a
-        grouped interval and a sign-flip p (`groups=` one label per pair). `reads=[-1]`: logits at the positions the
-        metric reads only (the metric then gets [rows, len(reads), vocab]; much faster on a large vocabulary).
+        """Exact activation patching of `clean` into `corrupt` at every (name, position[, head]), `batch_size` patched
+        runs per forward (interp/runtime/patching.py explains the batching and the KV-cache reuse).
+
+        Args:
+            corrupt: the prompt patched into (text or token ids), or a list of N (many pairs: a `PairScan`).
+            clean: the prompt the activations come from, of the same length as its corrupt one; or a cache from
+                `run_with_cache(clean, names=...)` (every position); or a list of N of either.
+            metric: logits [rows, seq, vocab] -> one value per row; with N pairs one for all or a list of N.
+            names: a template with `{L}` (expanded over `layers`) or a list of hook names.
+            positions: None = every position (pairs of one length); token indices (negative from each prompt's end);
+                or one list per pair.
+            heads: None patches whole positions; "all" or head indices patch one head at a time (e.g. `hook_z`).
+            layers: the layers a `{L}` template covers (default all).
+            batch_size: patched runs per forward: faster until memory runs out.
+            groups: N pairs' group labels (templates): intervals and sign flips follow them.
+            progress: a progress bar over pairs.
+            reads: the token indices whose logits the metric reads (e.g. [-1]): logits there only; the metric then
+                gets [rows, len(reads), vocab] in increasing position order (much faster on a large vocabulary).
+
+        Example::
 
             scan = rt.patch_scan(corrupt, clean, logit_diff, "blocks.{L}.attn.hook_z", heads="all")
-            scan.normalized()   # [layer, pos, head]: 0 = corrupt, 1 = clean
-            many = rt.patch_scan(corrupts, cleans, metrics, "blocks.{L}.hook_resid_pre", positions=[-1], groups=g)
-            many.to_frame()     # per site: mean_effect, lo, hi, p, q"""
+            scan.normalized().shape   # [layer, position, head]: 0 = corrupt, 1 = clean
+            many = rt.patch_scan(corrupts, cleans, metrics, "blocks.{L}.hook_resid_pre", positions=[-1], groups=templates,
+                                 reads=[-1])
+            many.to_frame()[["layer", "mean_effect", "lo", "hi", "p", "q"]]
+        """
         return _patching.patch_scan(self, corrupt, clean, metric, names, positions, heads, layers, batch_size, groups,
                                     progress, reads)
 
@@ -368,32 +505,69 @@ class Runtime:
                          positions: Any = None, heads: Sequence[int] | str | None = None,
                          layers: Sequence[int] | None = None, groups: Sequence[Any] | None = None,
                          progress: bool = False) -> Any:
-        """Attribution patching (one forward, one backward per pair): every site's effect estimated as grad . (clean -
-        corrupt); the same `Scan` / `PairScan` as `patch_scan`, exact where the metric is linear in the site.
+        """Attribution patching (one forward, one backward per pair): every site's effect estimated as
+        grad . (clean - corrupt); the same `Scan` / `PairScan` as `patch_scan`, exact where the metric is linear in the site.
 
-            est = rt.attribution_scan(corrupt, clean, logit_diff, "blocks.{L}.hook_resid_pre", positions=[-1])"""
+        Args:
+            corrupt, clean, metric, positions, groups, progress: as in `patch_scan` (the metric must be computed from the
+                logits with torch operations: its gradient is taken).
+            names: a template with `{L}` or a list of hook names.
+            heads: None, "all" or head indices, as in `patch_scan`.
+            layers: the layers a `{L}` template covers.
+
+        Example::
+
+            est = rt.attribution_scan(corrupt, clean, logit_diff, "blocks.{L}.hook_resid_pre", positions=[-1])
+            est.effect        # [layer, position]
+        """
         return _patching.attribution_scan(self, corrupt, clean, metric, names, positions, heads, layers, groups, progress)
 
     def path_scan(self, corrupt: Any, clean: Any, metric: Any, sender: tuple[int, int], receivers: str = "q",
                   batch_size: int = 64, groups: Sequence[Any] | None = None, progress: bool = False,
                   reads: Sequence[int] | None = None) -> Any:
-        """Path patching: the sender head's clean-minus-corrupt output added to one receiver at a time (every later
-        head's q, k or v input, or every later layer's residual stream), everything else corrupt
-        (interp/runtime/paths.py); equal to TransformerLens's `get_act_patch_direct_path`, batched.
+        """Path patching: the sender head's clean-minus-corrupt output added to one receiver at a time, everything
+        else corrupt (interp/runtime/paths.py); equal to TransformerLens's `get_act_patch_direct_path`, batched.
 
-            scan = rt.path_scan(corrupt, clean, logit_diff, sender=(1, 3), receivers="v")
-            scan.values          # [layer, head]: the metric with the path into that head patched"""
+        Args:
+            corrupt, clean: one prompt each (of one length), or N of each (a `PairScan`).
+            metric: logits -> one value per row; with N pairs one for all or a list of N.
+            sender: the (layer, head) whose output is sent.
+            receivers: "q", "k" or "v" (every head of every later layer; K and V refused on grouped-query models) or
+                "resid" (every later layer's residual stream and the unembedding's input).
+            batch_size: receivers per forward.
+            groups: N pairs' group labels.
+            progress: a progress bar over pairs.
+            reads: the token indices the metric reads, as in `patch_scan`.
+
+        Example::
+
+            edge = rt.path_scan(corrupt, clean, logit_diff, sender=(1, 3), receivers="v", reads=[-1])
+            edge.values.shape     # [later layer, 1, head]
+        """
         from interp.runtime.paths import path_scan
 
         return path_scan(self, corrupt, clean, metric, sender, receivers, batch_size, groups, progress, reads)
 
     def dose_response(self, inputs: Any, name: str, direction: Any, alphas: Sequence[float], metric: Callable[..., Any],
                       positions: Any = None, level: float = 0.95) -> Any:
-        """A pandas table (alpha, metric, low, high, n, level, note) of `metric(logits)` (one value per prompt) with
-        `alpha * direction` added at hook `name` at `positions` ("prompt", "generated", a slice or token indices;
-        hooks.steer.add_direction); plot it with `interp.runtime.steering.plot_dose_response`.
+        """A pandas table (alpha, metric, low, high, n, level, note) of `metric(logits)` (one value per prompt)
+        with `alpha * direction` added at hook `name` at `positions` (hooks.steer.add_direction); plot it with
+        `interp.runtime.steering.plot_dose_response`.
 
-            table = rt.dose_response(texts, "blocks.6.hook_resid_pre", v, [0, 1, 2, 4], logit_diff, positions=[-1])"""
+        Args:
+            inputs: prompts as in `forward` (one teacher-forced pass of all of them per strength).
+            name: one hook name.
+            direction: a vector of d_model finite numbers.
+            alphas: the strengths, finite numbers.
+            metric: logits -> one value per prompt.
+            positions: None (every position), "prompt", a slice or token indices (negative from each prompt's end:
+                first-column indices on prompts of different lengths are refused, they would steer padding).
+            level: the intervals' level, in (0, 1).
+
+        Example::
+
+            table = rt.dose_response([tokens, tokens[:9]], "blocks.2.hook_resid_pre", v, [0, 1, 2], logit_diff, positions=[-1])
+        """
         from interp.runtime.steering import logit_dose_response
 
         return logit_dose_response(self, inputs, name, direction, alphas, metric, positions, level)
@@ -404,11 +578,21 @@ class Runtime:
                        layers: Sequence[int] | None = None) -> Float[torch.Tensor, "layer query group 2"]:
         """Attention from `queries` onto groups of key positions, per layer, in one teacher-forced pass.
 
-        Returns float32 [layers, queries, groups, 2]: [..., 0] the attention weight summed over the group's
-        keys, averaged over heads; [..., 1] how many of the group's keys the query sees (a non-zero weight
-        in some head: the causal mask, and a sliding window where the layer has one). Reads
-        `blocks.{L}.attn.hook_pattern`, a TransformerBridge hook (eager attention, booted on first use; an
-        architecture without a bridge adapter is one sentence). Only that reduction is kept per layer."""
+        Returns float32 [layers, queries, groups, 2]: [..., 0] the attention weight summed over the group's keys,
+        averaged over heads; [..., 1] how many of the group's keys the query sees (a non-zero weight in some head). Reads
+        `blocks.{L}.attn.hook_pattern` through the TransformerBridge (eager attention).
+
+        Args:
+            tokens: one prompt's token ids.
+            queries: the query positions.
+            groups: lists of key positions.
+            layers: which layers (default all).
+
+        Example::
+
+            mass = rt.attention_mass(tokens, [len(tokens) - 1], [[0, 1], [2, 3, 4]])
+            mass.shape      # [n_layers, 1, 2, 2]
+        """
         import torch
 
         from hooks.attention import KeyGroupMass

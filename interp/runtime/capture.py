@@ -60,6 +60,13 @@ def plain_prompt(tokenizer: Any, text: str, positions: Mapping[str, str | int] |
     `positions` (name -> substring of `text` or token index); "last" (the final token) is always there.
     `.positions[name]` is one token (a substring's last), `.spans[name]` every token of it.
 
+    Args:
+        tokenizer: the model's tokenizer (`rt.tokenizer`).
+        text: the prompt, tokenised as it is.
+        positions: name -> a substring (its first occurrence) or a token index (negative from the end).
+        chat: wrap the text in the tokenizer's chat template (a user turn and the generation prompt).
+        system: a system message before it (with `chat`).
+
     Example::
 
         p = plain_prompt(rt.tokenizer, "A red ball at row 21.", {"row": "21"})

@@ -33,7 +33,12 @@ FENCE = "```"
 
 @dataclass(frozen=True)
 class Sampling:
-    """How one attempt picks tokens: temperature 0 is greedy; the seed drives the row's own generator."""
+    """How one attempt picks tokens: temperature 0 is greedy; the seed drives the row's own generator.
+
+    Example::
+
+        greedy, sampled = Sampling(), Sampling(temperature=0.8, seed=3)
+    """
 
     temperature: float = 0.0  #: 0 = greedy (argmax); > 0 samples from softmax(logits / temperature)
     seed: int = 0  #: seed of the row's own torch.Generator
@@ -65,7 +70,16 @@ class StopRule:
 
     @classmethod
     def free_text(cls, max_new_tokens: int = 256, strings: tuple[str, ...] = ()) -> "StopRule":
-        """The preset for free text (a plain prompt, no program): EOS/end of turn, `strings` or the cap; no fence."""
+        """The preset for free text (a plain prompt, no program): EOS/end of turn, `strings` or the cap; no fence.
+
+        Args:
+            max_new_tokens: the cap on generated tokens (>= 1).
+            strings: stop strings (the text is cut after the first one found).
+
+        Example::
+
+            stop = StopRule.free_text(32, strings=("END",))
+        """
         return cls(max_new_tokens=max_new_tokens, eos=True, fence=False, strings=tuple(strings))
 
 

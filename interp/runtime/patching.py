@@ -45,7 +45,13 @@ ROUNDING = 1e-5
 
 @dataclass
 class Scan:
-    """A patching scan: `values[site, pos]` or `values[site, pos, head]` of the metric with that site patched."""
+    """A patching scan: `values[site, pos]` or `values[site, pos, head]` of the metric with that site patched.
+
+    Example::
+
+        scan = rt.patch_scan(corrupt, clean, logit_diff, "blocks.{L}.hook_resid_pre")
+        scan.effect, scan.normalized(), scan.to_frame()
+    """
 
     values: Float[torch.Tensor, "site pos *head"]  #: metric of each patched run (attribution: baseline + estimate)
     names: list[str]  #: hook name of each site row
@@ -88,7 +94,13 @@ class PairScan:
     `values[pair, site, pos]` or `[pair, site, pos, head]`; `baseline[pair]` and `clean[pair]` are each pair's
     unpatched corrupt and clean metrics. `effect` is per pair (values - baseline); `summary()` / `to_frame()` give
     per site the mean effect over pairs, a grouped interval, a sign-flip p against "no effect" and a BH q
-    (`interp.pair_effects`: estimand, interval and test)."""
+    (`interp.pair_effects`: estimand, interval and test).
+
+    Example::
+
+        many = rt.patch_scan(corrupts, cleans, metrics, "blocks.{L}.hook_resid_pre", positions=[-1], groups=templates)
+        many.to_frame(normalized=True), many.pair(0).values, many.to_frame(per_pair=True)
+    """
 
     values: Float[torch.Tensor, "pair site pos *head"]
     names: list[str]

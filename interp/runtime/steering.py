@@ -27,7 +27,16 @@ if TYPE_CHECKING:
 
 
 def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float, int]:
-    """(mean, low, high, n) with a Student-t interval over the values; NaN bounds when n < 2 (no interval)."""
+    """(mean, low, high, n) with a Student-t interval over the values; NaN bounds when n < 2 (no interval).
+
+    Args:
+        values: numbers (None and NaN are left out and not counted).
+        level: the interval's level, in (0, 1).
+
+    Example::
+
+        mean_interval([1.0, 2.0, 3.0])   # (2.0, low, high, 3)
+    """
     from scipy import stats
 
     v = np.asarray([x for x in values if x is not None and not math.isnan(float(x))], dtype=np.float64)
@@ -63,6 +72,11 @@ def check_strengths(alphas: Any, level: float) -> list[float]:
 def dose_response(measure: Callable[[float], Sequence[float]], alphas: Sequence[float], level: float = 0.95) -> pd.DataFrame:
     """A table with one row per strength: alpha, metric (the mean), low, high, n, level, note. `alphas` are finite
     numbers, `level` lies in (0, 1); anything else is one sentence before `measure` is called.
+
+    Args:
+        measure: measure(alpha) -> one finite value per prompt or unit (e.g. a metric of generated text).
+        alphas: the strengths.
+        level: the intervals' level.
 
     Example::
 
@@ -135,7 +149,18 @@ def logit_dose_response(rt: Any, inputs: Any, name: str, direction: Any, alphas:
 def plot_dose_response(table: pd.DataFrame, ax: Any = None, label: str | None = None, ylabel: str | None = None) -> Figure:
     """The table as a line with its intervals (error bars) and n (in the legend when every row has the same n,
     else beside each point); rows without an interval are drawn hollow and say so in the legend. A dashed line
-    marks the unsteered value. Call again with `ax=` to overlay another table. Returns the Figure."""
+    marks the unsteered value. Call again with `ax=` to overlay another table. Returns the Figure.
+
+    Args:
+        table: what `dose_response` returns (alpha, metric, low, high, n, level).
+        ax: a matplotlib Axes to draw on (default: a new Figure).
+        label: the line's label in the legend.
+        ylabel: the y axis's label.
+
+    Example::
+
+        fig = plot_dose_response(dose_response(lambda a: [a + 0.1, a - 0.1, a], [0, 1, 2]), label="toy")
+    """
     import pandas as pd
 
     need = ("alpha", "metric", "low", "high", "n", "level")
