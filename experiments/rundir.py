@@ -359,6 +359,12 @@ class RunDir:
                 who = "another process"
             raise RunError(f"{run.path} is in use by {who}; wait for it to finish or stop it, "
                            "or use another --out") from None
+        try:  # what the lock said before, so that a refusal puts it back as it was (issue 42)
+            st = os.fstat(fd)
+            run._lock_before = (os.read(fd, 1 << 16), st.st_atime_ns, st.st_mtime_ns) if not made and st.st_size else None
+            os.lseek(fd, 0, os.SEEK_SET)
+        except OSError:
+            run._lock_before = None
         try:
             os.ftruncate(fd, 0)
             os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
@@ -379,6 +385,21 @@ class RunDir:
             self.path.rmdir()
         return not self.path.exists()
 
+    def restore_lock(self) -> None:
+        """Put the lock file back as it was before this writer took it (content and times): a command that refuses
+        after taking the lock leaves it as it found it (issue 42: a refusal under the lock rewrote .lock with its
+        pid and a new mtime). A lock file this writer created stays (the folder's own cleanup removes it)."""
+        before = getattr(self, "_lock_before", None)
+        if self._lock_fd is None or before is None:
+            return
+        content, atime, mtime = before
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._lock_fd, 0)
+            os.lseek(self._lock_fd, 0, os.SEEK_SET)
+            os.write(self._lock_fd, content)
+            os.fsync(self._lock_fd)
+            os.utime(self.path / self.LOCK, ns=(atime, mtime))
+
     def close(self) -> None:
         if self._lock_fd is not None:
             import fcntl
@@ -391,6 +412,8 @@ class RunDir:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if exc and exc[0] is not None and not (isinstance(exc[1], SystemExit) and not exc[1].code):
+            self.restore_lock()
         self.close()
 
     def _need_lock(self) -> None:
@@ -629,7 +652,7 @@ class writing:
 
     def __exit__(self, *exc: object) -> None:
         if self.opened is not None:
-            self.opened.close()
+            self.opened.__exit__(*exc)
 
 
 def need_run(path: Path, needs: str = "generations.jsonl") -> None:

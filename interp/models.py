@@ -105,6 +105,39 @@ def resolve(name_or_path: str) -> tuple[str, Path | None]:
                      "or a cached hub name")
 
 
+def existing_folder(name: str) -> Path | None:
+    """The model's Hugging Face folder when it already exists (a folder, an embedded model converted before, an
+    organism committed or trained before), without building anything; None otherwise (a hub name: None)."""
+    try:
+        kind, folder = resolve(name)
+    except ModelError:
+        return None
+    if folder is not None:
+        return folder
+    if kind == "organism":
+        from interp.organisms import cache_folder, committed
+        from interp.organisms.zoo import DEFAULT_SEED
+
+        try:
+            org, seed = parse_organism(name)
+        except OrganismError:
+            return None
+        got = committed(org) if seed == DEFAULT_SEED else None
+        if got is None:
+            cand = cache_folder(org, seed)
+            got = cand if (cand / "config.json").is_file() else None
+        return got
+    if kind == "embedded":
+        model = EMBEDDED[name]
+        try:
+            src = gguf_path(model)
+            out = cache_dir() / f"{model.name}-{file_digest(src)}-f32"
+        except Exception:  # noqa: BLE001 - the package is missing: Runtime.load says so in its own sentence
+            return None
+        return out if (out / "config.json").is_file() else None
+    return None
+
+
 def ensure_folder(name: str, progress: bool = True, evaluate: Callable[..., Any] | None = None) -> Path:
     """Float32 HF folder for an embedded model (its GGUF converted once into the cache) or an organism
     (committed, or trained once into the cache: see interp.organisms; `evaluate` scores a freshly trained one,

@@ -38,6 +38,12 @@ from typing import Any, Iterable, Sequence
 from bench.canvas.medium import V1, Medium
 
 PROTOCOLS = ("auto", "zero-shot", "few-shot", "completion")
+#: the most a prompt's text may hold, checked when the prompt is made (before any tokenizer, model or folder): a
+#: 10 MB prompt once grew `generate` to 24 GB and the kernel's OOM killer (issue 42). 100 kB is ~25k tokens, more
+#: than the embedded models' contexts; each model's own context is checked too (`Runtime`, `ambench run`)
+MAX_PROMPT_BYTES = 100_000
+#: the largest prompt file read (a prompt a line: 2,000 prompts at the cap)
+MAX_PROMPT_FILE_BYTES = 200_000_000
 POSITIONS = ("subject", "turn", "last")
 TASKS = ("translation", "layout")
 
@@ -64,6 +70,10 @@ class PromptItem:
             raise PromptError(f"prompt {self.id}: task {self.task!r} is not one of {', '.join(TASKS)}")
         if not self.text.strip():
             raise PromptError(f"prompt {self.id}: empty text")
+        size = len(self.text.encode("utf-8", "surrogatepass"))
+        if size > MAX_PROMPT_BYTES:
+            raise PromptError(f"prompt {self.id}: its text is {size:,} bytes; a prompt is at most {MAX_PROMPT_BYTES:,} bytes "
+                              "(a drawing prompt is under 2 kB; no model's context holds more)")
         if self.subject and self.subject not in self.text:
             raise PromptError(f"prompt {self.id}: subject {self.subject!r} is not part of its text")
 
@@ -308,6 +318,12 @@ def load_prompts(path: str | Path, task: str | None = None) -> list[PromptItem]:
         raise PromptError(f"prompt file {p} is a folder: give a JSONL file (one prompt a line)")
     if not p.is_file():
         raise PromptError(f"prompt file {p} does not exist")
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise PromptError(f"cannot read prompt file {p}: {e.strerror}") from None
+    if size > MAX_PROMPT_FILE_BYTES:
+        raise PromptError(f"prompt file {p} is {size:,} bytes; prompt files are at most {MAX_PROMPT_FILE_BYTES:,} bytes")
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:

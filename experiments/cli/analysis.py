@@ -158,7 +158,7 @@ def attention(
                           limit=limit, n_boot=n_boot, seed=seed)
     check_model(model)
     found = check_run(run)  # validate, then lock, then load (issue 31)
-    check_attempts(found, model, task)
+    check_attempts(found, model, task, samples)
     n = recorded_layers(found, model)
     if n is not None:
         check_layers(layers or [], n)

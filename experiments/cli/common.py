@@ -53,6 +53,25 @@ def _flag_type(display: Any) -> Any:
 
 
 typer.core.TyperOption.display_type_rich = _flag_type(typer.core.TyperOption.display_type_rich)  # type: ignore[method-assign]
+
+
+def _finite(invoke: Any) -> Any:
+    """Every number given on the command line is finite: `--strength nan` once exited 0 and appended rows with
+    "strength": NaN (not JSON) to a finished study (issue 42). Checked before the command runs, for every command."""
+    import math
+
+    def checked(self: Any, ctx: Any) -> Any:
+        for name, value in (ctx.params or {}).items():
+            for x in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(x, float) and not math.isfinite(x):
+                    opt = next((p.opts[0] for p in self.params if p.name == name and getattr(p, "opts", None)), name)
+                    fail(f"{opt} {x}: give a finite number")
+        return invoke(self, ctx)
+
+    return checked
+
+
+typer.core.TyperCommand.invoke = _finite(typer.core.TyperCommand.invoke)  # type: ignore[method-assign]
 FLAGS_SHOW_NO_TYPE = True
 
 
@@ -154,6 +173,8 @@ def run_writer(path: Path, command: str, create: bool = False, needs: Optional[s
         done = not e.exit_code
         raise
     finally:
+        if not done:  # a refusal leaves the lock as it found it (issue 42)
+            rd.restore_lock()
         rd.close()
         if not done:  # a refusal leaves no new folder: one made here that holds only the lock goes again (issue 31)
             rd.discard_if_unused()
@@ -211,7 +232,7 @@ def check_store_models(rd: Any, models: Optional[list[str]], option: str = "--mo
             fail(f"{option} {m!r}: {rd.path} has activations of {', '.join(repr(h) for h in have) or 'no model'} only")
 
 
-def check_attempts(rd: Any, model: str, task: str) -> None:
+def check_attempts(rd: Any, model: str, task: str, samples: Optional[list[int]] = None) -> None:
     """The run holds attempts of `model` on `task` (one sentence naming those it holds, before the model loads:
     `trajectory --model <not in the study>` once loaded it, wrote trajectory.jsonl and exited 0, and `intervene`
     added the model's section to config.json)."""
@@ -219,7 +240,14 @@ def check_attempts(rd: Any, model: str, task: str) -> None:
 
     with boundary():
         rows = rd.rows(RunDir.GENERATIONS)
-    if any(r.get("model") == model and r.get("task") == task for r in rows):
+    have = [r for r in rows if r.get("model") == model and r.get("task") == task]
+    if have and samples:
+        held = {r.get("sample") for r in have}
+        absent = sorted(set(samples) - held)
+        if absent:  # issue 42: `attention --sample 99` refused after the model load and a config.json section
+            fail(f"--sample {absent[0]}: the run has no such {task} attempt of {model} (its samples are "
+                 f"{', '.join(str(s) for s in sorted(x for x in held if isinstance(x, int)))})")
+    if have:
         return
     held = sorted({(str(r.get("model")), str(r.get("task"))) for r in rows})
     listed = "; ".join(f"{m} ({t})" for m, t in held[:6]) or "none"

@@ -30,6 +30,18 @@ def check_medium(medium: str, output: str, items: list) -> None:
         fail(f"translation prompts state a {V1.grid}x{V1.grid} grid; the {med.grid}-cell medium {medium} is for layout prompts")
 
 
+def check_context(model: str, work: list, trust_remote_code: bool) -> None:
+    """Every prompt fits the model's context as the model will see it, before the lock, the folder or the load (issue
+    42: one valid 10 MB prompt once grew `generate` to 24 GB and the kernel's OOM killer)."""
+    from experiments.study.checks import check_lengths
+    from interp.prompts import PromptError
+
+    try:
+        check_lengths(model, work, trust_remote_code)
+    except PromptError as e:
+        fail(str(e))
+
+
 def check_protocol(protocol: str) -> None:
     """A protocol the prompts can be built with (one sentence, before anything is opened or loaded)."""
     from interp.prompts import PROTOCOLS
@@ -76,6 +88,7 @@ def generate(
     check_protocol(protocol)
     check_device(device, dtype, quantize, device_map)
     check_model(model)
+    check_context(model, [(settings.prompt_protocol(), items)], trust_remote_code)
     with run_writer(out, "ambench generate", create=True) as rd:  # the lock first: a run in use is said before a load
         rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
         with bar(len(items) * (samples + 1), f"generate {model}", "attempt") as b:
@@ -126,6 +139,9 @@ def capture(
     check_protocol(protocol)
     check_device(device, dtype, quantize, device_map)
     check_model(model)
+    from interp.prompts import Protocol
+
+    check_context(model, [(Protocol(protocol, shots), items)], trust_remote_code)
     with run_writer(out, "ambench capture", create=True) as rd:  # the lock first: a run in use is said before a load
         rt = runtime(model, device, dtype, compat, trust_remote_code, device_map, quantize)
         with bar(len(items), f"capture {model}", "prompt") as b:

@@ -308,8 +308,12 @@ def plot_interventions(rd: RunDir, table: list[dict[str, Any]], dose: list[dict[
                 continue
             xs = [x_of(r) for r in rows]
             have, err = _errorbars(rows)
+            if ax is a2:  # the line runs through every point the table has, hollow ones included (issue 40: it
+                # joined only the points with an interval, so a hollow 0.0 between them vanished from the trend)
+                order = sorted(range(len(rows)), key=lambda i: xs[i])
+                ax.plot([xs[i] for i in order], [rows[i]["rate"] for i in order], "-", color=colour, zorder=1)
             ax.errorbar([xs[i] for i in have], [rows[i]["rate"] for i in have], yerr=err, marker="o", capsize=4,
-                        color=colour, ls="-" if ax is a2 else "none", label=model)
+                        color=colour, ls="none", label=model)
             bare = [i for i in range(len(rows)) if i not in have]
             if bare:
                 ax.plot([xs[i] for i in bare], [rows[i]["rate"] for i in bare], marker="o", mfc="white", color=colour,

@@ -429,6 +429,21 @@ def _attention(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[An
                     if answers else [])
 
 
+def _no_patching(run: RunDir) -> str:
+    """The one reason this run has no patching rows, read from its files (issue 40: the report said "no cut kept its
+    token count, or patching did not run" when config.json shows which)."""
+    try:
+        stages = run.config().get("stages", {})
+    except Exception:  # noqa: BLE001 - a damaged settings record: the report says what it can
+        stages = {}
+    ran = sorted(k.split("/", 2)[1] for k in stages if k.startswith("patch/"))
+    if not ran:
+        return "the patch stage did not run in this run (no `patch/...` settings in its config.json)"
+    return (f"the patch stage ran for {', '.join(ran)} and no cut could be patched: in every cut the moved statement "
+            "tokenised to another number of tokens than the as-is one (a coordinate such as 3 vs 12), so the two "
+            "arms' statement positions cannot be aligned, or the cut had no moved-unused arm")
+
+
 def _interventions(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answer]]:
     title = heading("Exp. 3, stage 2: do models track the geometry already in their code?")
     t = run.json(RunDir.INTERVENTIONS_TABLE)
@@ -482,7 +497,7 @@ def _interventions(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], lis
                             ["model", "task", "direction", "patched layer", "prompts", "cuts", "continuations", "rate",
                              "95% CI"]))
     else:
-        blocks.append(missing("Activation patching", "no cut kept its token count after the splice, or patching did not run",
+        blocks.append(missing("Activation patching", _no_patching(run),
                               "`ambench patch --run RUN` (or `ambench run --patch-cuts N`)"))
     for png in sorted(run.path.glob("patching-*.png")):
         blocks.append(figure(png, f"{png.stem.split('-', 1)[1]}: continued drawing by patched layer, with the unpatched "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from experiments.study.config import StudyConfig
 
@@ -87,3 +88,73 @@ def check_dino(c: StudyConfig) -> None:
 
 
 __all__ = ["check_dino", "check_models"]
+
+
+def check_prompts(c: Any, sets: dict[str, list[Any]]) -> None:
+    """Before any model is loaded or the run directory is made (issue 42): every translation prompt has a reference
+    to score it, and every prompt, as each model will see it (its protocol, its chat template), fits that model's
+    context. A model whose folder is not built yet (an embedded GGUF before its first use) is checked by the runtime
+    instead, after loading and before its first forward."""
+    from interp.prompts import PromptError
+
+    if sets.get("translation") and (c.prompt_files or c.references):
+        from experiments.study.config import data_path
+
+        if c.references:
+            from experiments.study.config import load_reference_file
+
+            ids = {r.id for r in load_reference_file(data_path(c.references))}
+        else:
+            from bench.translation.references import load_references
+
+            ids = {r.id for r in load_references("all")}
+        unknown = [it.id for it in sets["translation"] if it.id not in ids]
+        if unknown:
+            raise PromptError(f"translation prompt {unknown[0]!r}{f' and {len(unknown) - 1} more' if len(unknown) > 1 else ''} "
+                              f"names no reference in {c.references or 'the benchmark references'}: a translation prompt's "
+                              "id is the id of the reference that scores it (--references FILE gives your own)")
+    for m in c.models:
+        check_lengths(m, [(c.generate(task, output, medium).prompt_protocol(), sets[task]) for task, output, medium in c.arms()],
+                      c.trust_remote_code)
+
+
+def check_lengths(model: str, work: list[tuple[Any, list[Any]]], trust_remote_code: bool = False) -> None:
+    """Every prompt of `work` ((protocol, items) pairs), built as `model` will see it, fits its context (one
+    sentence naming the prompt, its length and the limit), read from the model's folder without loading the
+    model; nothing is checked when the folder is not built yet (the runtime checks it before its first forward)."""
+    from interp.models import existing_folder
+    from interp.prompts import PromptError, build
+
+    folder = existing_folder(model)
+    if folder is None or not (folder / "config.json").is_file():
+        return
+    ctx = _context(folder)
+    if ctx is None:
+        return
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot load here fails at Runtime.load with its own sentence
+        return
+    chat = bool(getattr(tok, "chat_template", None))
+    for protocol, items in work:
+        for it in items:
+            n = len(build(it, protocol, tok, chat=chat).tokens)
+            if n + 1 > ctx:
+                raise PromptError(f"prompt {it.id!r} ({it.task}) is {n:,} tokens as {model} sees it "
+                                  f"({protocol.resolve(chat).label}); {model}'s context is {ctx:,} tokens: shorten it or "
+                                  "use fewer shots")
+
+
+def _context(folder: Path) -> int | None:
+    try:
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for c in (cfg, cfg.get("text_config") or {}):
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+            v = c.get(key) if isinstance(c, dict) else None
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+    return None

@@ -111,6 +111,39 @@ class Batch:
         return torch.tensor(cols, dtype=torch.long)
 
 
+#: bytes of text per token of context the tokenizer is given at most (a token is a few bytes; 64 bounds any text
+#: whose tokens could fit the context, and keeps a 10 MB prompt away from the tokenizer and the model)
+BYTES_PER_TOKEN = 64
+
+
+def context_length(rt: Any) -> int | None:
+    """The model's context in tokens (its config's max_position_embeddings or equivalent), None when it states none."""
+    cfg = getattr(rt.model, "config", None)
+    for c in (cfg, getattr(cfg, "text_config", None)):
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+            v = getattr(c, key, None) if c is not None else None
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+    return None
+
+
+def check_length(rt: Any, n_tokens: int, what: str) -> None:
+    """One sentence when a prompt of n_tokens exceeds the model's context, before any forward."""
+    ctx = context_length(rt)
+    if ctx is not None and n_tokens > ctx:
+        raise ValueError(f"{what} is {n_tokens:,} tokens; {rt.info.name}'s context is {ctx:,} tokens: shorten it")
+
+
+def check_text(rt: Any, text: str, what: str) -> None:
+    """One sentence when a text is too long for the tokenizer to be given (BYTES_PER_TOKEN x the context)."""
+    ctx = context_length(rt)
+    cap = BYTES_PER_TOKEN * (ctx or 8192)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > cap:
+        raise ValueError(f"{what} is {size:,} bytes of text; {rt.info.name} reads at most {ctx or 8192:,} tokens, so at "
+                         f"most {cap:,} bytes are tokenised: shorten it")
+
+
 def vocab_size(rt: Any) -> int | None:
     """Rows of the model's input embedding (the token ids it can read), None when it cannot be told."""
     try:
@@ -136,6 +169,7 @@ def token_rows(rt: Any, prompts: Any, what: str = "prompts") -> list[list[int]]:
         if isinstance(p, (str, bytes, dict)) or not hasattr(p, "__iter__") or not all(_is_id(t) or isinstance(t, np.integer) for t in p):
             raise TypeError(f"{what}[{i}] must be a list of token ids (ints), not {str(p)[:60]!r}")
         row = [int(t) for t in p]
+        check_length(rt, len(row), f"{what}[{i}]")
         bad = [t for t in row if t < 0 or (vocab is not None and t >= vocab)]
         if bad:
             raise ValueError(f"{what}[{i}] holds token id {bad[0]}, outside the model's vocabulary 0..{vocab - 1}"
@@ -145,9 +179,14 @@ def token_rows(rt: Any, prompts: Any, what: str = "prompts") -> list[list[int]]:
 
 
 def batch_of(rt: Any, inputs: Any) -> Batch:
+    texts = [inputs] if isinstance(inputs, str) else (list(inputs) if isinstance(inputs, (list, tuple)) else [])
+    for i, t in enumerate(texts):
+        if isinstance(t, str):
+            check_text(rt, t, f"inputs[{i}]")
     rows = as_rows(rt.tokenizer, inputs)
     vocab = vocab_size(rt)
     for i, r in enumerate(rows):
+        check_length(rt, len(r), f"inputs[{i}]")
         bad = [t for t in r if t < 0 or (vocab is not None and t >= vocab)]
         if bad:
             raise ValueError(f"inputs: row {i} holds token id {bad[0]}, outside the model's vocabulary 0..{vocab - 1}"

@@ -199,9 +199,15 @@ def _pairs(rt: Any, corrupt: Any, clean: Any, metric: Any, names: Sequence[str],
            groups: Any) -> tuple[list[_PairSpec], list[int]] | None:
     """The N pairs of a many-pair call (with the position labels), or None for a one-pair call. Every argument is
     checked here, before any forward."""
-    from interp.runtime.forward import as_rows
+    from interp.runtime.forward import as_rows, check_length, check_text
 
+    for what, given in (("corrupt", corrupt), ("clean", clean)):
+        for i, t in enumerate([given] if isinstance(given, str) else (given if isinstance(given, (list, tuple)) else [])):
+            if isinstance(t, str):
+                check_text(rt, t, f"{what}[{i}]")
     rows = as_rows(rt.tokenizer, corrupt)
+    for i, r in enumerate(rows):
+        check_length(rt, len(r), f"corrupt[{i}]")
     cached = isinstance(clean, (list, tuple)) and len(clean) > 0 and all(isinstance(c, dict) for c in clean)
     if len(rows) == 1 and not (cached and len(clean) > 1) and not (isinstance(clean, (list, tuple)) and not cached
                                                                     and len(as_rows(rt.tokenizer, clean)) > 1):

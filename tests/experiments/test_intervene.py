@@ -73,6 +73,29 @@ def test_intervene_stage_arms_seeds_resume_and_stats(tiny, tmp_path):
         assert plot_interventions(rd, table, dose).is_file()
 
 
+def test_the_dose_response_line_draws_every_point_of_its_table(tmp_path, monkeypatch):
+    """Issue 40: the line joined only the points with an interval, so a hollow 0.0 (one prompt) between two rising
+    points vanished and the plot showed a steady rise the table does not."""
+    import matplotlib.pyplot as plt
+
+    dose = [{"model": "m", "task": "layout", "bin": b, "mean_distance": d, "rate": r, "continuations": 3,
+             "rate_ci": ci} for b, d, r, ci in (("1-2", 1.5, 0.2, [0.1, 0.3]), ("3", 3.0, 0.0, [None, None]),
+                                                  ("4-6", 5.0, 0.6, [0.4, 0.8]))]
+    seen = {}
+
+    def keep(fig, name):
+        seen["fig"] = fig
+        return tmp_path / name
+
+    monkeypatch.setattr(plt, "close", lambda fig: None)
+    with RunDir.writer(tmp_path) as rd:
+        monkeypatch.setattr(rd, "save_figure", keep)
+        plot_interventions(rd, [], dose)
+    ax = seen["fig"].axes[1]
+    joined = [line for line in ax.get_lines() if line.get_linestyle() == "-"]
+    assert joined and list(joined[0].get_xdata()) == [1.5, 3.0, 5.0] and list(joined[0].get_ydata()) == [0.2, 0.0, 0.6]
+
+
 def test_a_second_model_with_the_same_programs_gets_its_own_continuations_and_patching(tiny, tmp_path):
     """The audit's failure: resume keys without the model made the second model's cuts look done."""
     _run(tmp_path, models=("a", "b"))
@@ -141,3 +164,14 @@ def test_patching_runs_per_layer_both_ways(tiny, tmp_path):
     assert got["rows"] == len(rows) == 4 and got["layers"] == [0, 1] and got["cuts_with_unequal_token_counts"] == 1
     assert {r["direction"] for r in rows} == {"moved->asis", "asis->moved"} and {r["task"] for r in rows} == {"layout"}
     json.dumps(rows)
+
+
+def test_the_report_says_which_reason_left_patching_empty(tmp_path):
+    """Issue 40: "no cut kept its token count, or patching did not run" became the one reason that applies."""
+    from experiments.stages.report import _no_patching
+
+    with RunDir.writer(tmp_path) as rd:
+        assert _no_patching(rd).startswith("the patch stage did not run")
+        rd.record_config("patch/smollm2/layout", PatchSettings().as_dict())
+        why = _no_patching(rd)
+    assert why.startswith("the patch stage ran for smollm2 and no cut could be patched") and "did not run" not in why

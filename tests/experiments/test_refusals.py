@@ -70,6 +70,16 @@ def _delete_render_part(run: Path) -> None:
     (run / RunDir.RENDERS / "part-000000.h5").unlink()
 
 
+def _prompt_file(text: str, task: str = "layout", pid: str = "p1") -> Callable[[Path], None]:
+    """A change writing `root/prompts.jsonl` (beside the copied run) with one prompt."""
+    import json
+
+    def write(run: Path) -> None:
+        (run.parent / "prompts.jsonl").write_text(json.dumps({"id": pid, "task": task, "text": text}) + "\n")
+
+    return write
+
+
 def _missing_cuda() -> str:
     """A CUDA device this machine does not have (cuda:0 on a CPU-only torch)."""
     import torch
@@ -109,6 +119,22 @@ WALK: list[tuple[str, list[str], str, Callable[[Path], None] | None]] = [
     ("30-steer-layer-past-the-model", ["steer", "--run", "{run}", "--layer", "7", "--model", "{model}"], "--layer", None),
     ("patch-other-settings-before-the-load", ["patch", "--run", "{run}", "--model", "{model}", "--continuations", "1"],
      "continuations", None),
+    # issue 42
+    ("42-attention-sample-not-in-study", ["attention", "--run", "{run}", "--model", "{model}", "--sample", "99"],
+     "--sample 99: the run has no such layout attempt", None),
+    ("42-steer-strength-nan", ["steer", "--run", "{run}", "--layer", "0", "--model", "{model}", "--strength", "nan"],
+     "--strength nan: give a finite number", None),
+    ("42-steer-strength-inf", ["steer", "--run", "{run}", "--layer", "0", "--model", "{model}", "--strength", "0",
+                               "--strength", "inf"], "--strength inf: give a finite number", None),
+    ("42-run-unknown-reference", ["run", "--model", "{model}", "--prompts", "{prompts}", "--out", "{new}"],
+     "translation prompt 'no-such-ref' names no reference", _prompt_file("Draw a red square.", "translation", "no-such-ref")),
+    ("42-run-prompt-past-the-context", ["run", "--model", "{model}", "--prompts", "{prompts}", "--out", "{new}"],
+     "context is 2,048 tokens", _prompt_file("Draw " + "a red square, " * 1500)),
+    ("42-run-10-MB-prompt", ["run", "--model", "{model}", "--prompts", "{prompts}", "--out", "{new}"],
+     "a prompt is at most 100,000 bytes", _prompt_file("x" * 10_000_000)),
+    ("42-generate-prompt-past-the-context", ["generate", "--model", "{model}", "--prompts", "{prompts}", "--task", "layout",
+                                             "--out", "{new}"], "context is 2,048 tokens",
+     _prompt_file("Draw " + "a red square, " * 1500)),
 ]
 
 
@@ -124,6 +150,7 @@ def test_a_refusal_is_one_sentence_and_changes_nothing(study, tiny_folder, tmp_p
         change(run)
     monkeypatch.chdir(root)  # `../../etc` and any relative default land here
     names = {"{run}": run, "{other}": root / "other", "{empty}": root / "empty", "{new}": root / "new",
+             "{prompts}": root / "prompts.jsonl",
              "{model}": tiny_folder, "{cuda}": _missing_cuda() if "{cuda}" in args else ""}
 
     def fill(a: str) -> str:

@@ -225,3 +225,35 @@ def test_a_stage_without_rows_takes_new_settings_and_one_with_rows_refuses_them(
             rd.record_config("attention/m/layout", {"chunk": 8})
         rd.record_config("attention/m/layout", {"chunk": 8}, fresh=True)
         assert rd.config()["stages"]["attention/m/layout"] == {"chunk": 8}
+
+
+def test_a_refusal_under_the_lock_leaves_the_lock_as_it_found_it(tmp_path):
+    """Issue 42: a command that refused after taking the lock left .lock with its own pid and a new mtime. A writer
+    that exits with an exception (or a non-zero exit) puts the lock's content and times back; one that finishes
+    keeps its own record."""
+    import os
+    import time
+
+    import pytest
+
+    from experiments.rundir import RunDir, RunError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lock = run / RunDir.LOCK
+    lock.write_text('{"pid": 1, "host": "elsewhere", "command": "ambench run"}')
+    old = time.time_ns() - 3_600_000_000_000
+    os.utime(lock, ns=(old, old))
+    before = (lock.read_bytes(), lock.stat().st_mtime_ns)
+    with pytest.raises(RunError):
+        with RunDir.writer(run, "ambench attention"):
+            assert b"ambench attention" in lock.read_bytes()  # held: it says who holds it
+            raise RunError("refused after the lock")
+    assert (lock.read_bytes(), lock.stat().st_mtime_ns) == before
+    with pytest.raises(SystemExit):
+        with RunDir.writer(run, "ambench steer"):
+            raise SystemExit(2)
+    assert (lock.read_bytes(), lock.stat().st_mtime_ns) == before
+    with RunDir.writer(run, "ambench probe"):
+        pass
+    assert b"ambench probe" in lock.read_bytes()  # a command that finished keeps its record

@@ -116,6 +116,16 @@ CASES = {
     "plot_dose_response: not a table": (lambda rt: plot_dose_response("x"), TypeError, "must be the DataFrame"),
     "plot_dose_response: columns missing": (lambda rt: plot_dose_response(pd.DataFrame({"a": [1]})), ValueError,
                                             "lacks the columns"),
+    # issue 42: every prompt bounded by the model's context (and the text by a byte cap) before any forward
+    "forward: a prompt past the context": (lambda rt: rt.forward([[5] * 3000]), ValueError, "context is 2,048 tokens"),
+    "forward: a 10 MB text": (lambda rt: rt.forward("x" * 10_000_000), ValueError, "at most 131,072 bytes"),
+    "generate: a prompt past the context": (lambda rt: rt.generate([[5] * 3000], [Sampling()]), ValueError,
+                                            "prompts\\[0\\] is 3,000 tokens"),
+    "capture: a prompt past the context": (lambda rt: rt.capture([[5] * 3000], [[0]]), ValueError, "context is 2,048"),
+    "patch_scan: a 10 MB text": (lambda rt: rt.patch_scan("x" * 10_000_000, "y" * 10_000_000, m, R), ValueError,
+                                 "bytes of text"),
+    "PromptItem: a 10 MB prompt": (lambda rt: __import__("interp.prompts", fromlist=["PromptItem"]).PromptItem(
+        "p", "layout", "x" * 10_000_000), ValueError, "at most 100,000 bytes"),
     "plain_prompt: None": (lambda rt: plain_prompt(rt.tokenizer, None), ValueError, "non-empty text"),
     "plain_prompt: absent substring": (lambda rt: plain_prompt(rt.tokenizer, "abc", {"x": "zzz"}), ValueError,
                                        "not in the prompt"),
