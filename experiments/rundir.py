@@ -224,6 +224,13 @@ def fs_error(e: OSError, path: "str | Path | None" = None) -> str:
     it instead of a traceback; a read-only run once ended in `OSError: [Errno 30]` on RUN/.lock)."""
     where = str(path if path is not None else (e.filename if e.filename is not None else "a file"))
     code = e.errno
+    cache = _in_model_cache(where)
+    if cache is not None and code in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT):
+        # issue 42: a read-only HOME was told to "copy the run to a writable folder" when the model cache was the problem
+        what = {errno.EROFS: "is on a read-only file system", errno.ENOSPC: "has no space left",
+                errno.EDQUOT: "has no space left"}.get(code, "is not writable")
+        return (f"{where} {what}: it is in the model cache ({cache}), where models are converted and organisms trained "
+                "once; set AMBENCH_CACHE to a writable folder with room for them (about 2 GB) and run the command again")
     if code == errno.EROFS:
         return f"{where} is on a read-only file system: copy the run to a writable folder and give that folder instead"
     if code in (errno.ENOSPC, errno.EDQUOT):
@@ -240,6 +247,21 @@ def fs_error(e: OSError, path: "str | Path | None" = None) -> str:
     if code == errno.ENOENT:
         return f"{where}: no such file or folder"
     return f"{where}: {e.strerror or e}; check the path and the disk, then run the command again"
+
+
+def _in_model_cache(where: str) -> "Path | None":
+    """The model cache's root ($AMBENCH_CACHE, default ~/.cache/ambench) when `where` lies in it, is it, or is a folder
+    above it that making it needed (a read-only HOME fails at ~/.cache), else None."""
+    try:
+        from interp.model_names import cache_dir
+
+        root = Path(cache_dir()).parent.absolute()
+        p = Path(where).absolute()
+    except Exception:  # noqa: BLE001 - no cache to name: the general advice applies
+        return None
+    inside = p == root or root in p.parents
+    above = p in root.parents and p != Path(p.anchor) and p != Path.home().absolute()
+    return root if inside or above else None
 
 
 # --------------------------------------------------------------------------- the directory

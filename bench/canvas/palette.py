@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import itertools
 import reprlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,7 +22,13 @@ def brief(value: object, width: int = 60) -> str:
     """A repr of `value` of at most `width` characters, bounded *before* it is built: `f'{x!r:.60}'` builds the
     whole repr and then cuts it, so `fill((big, 0, 0))` rendered a list of 100,000 big integers in full inside
     one error message, outside every charge (issue 32). reprlib shows a few elements of a few levels."""
+    if isinstance(value, _VIEWS):  # reprlib knows no dict view: it would build the whole repr, then cut it (issue 42)
+        head = list(itertools.islice(value, _BRIEF.maxlist + 1))
+        return f"{type(value).__name__}({_BRIEF.repr(head)})"[:width]
     return _BRIEF.repr(value)[:width]
+
+
+_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 
 class ColorError(ValueError):
     """A colour argument that is not a palette name, a CSS name, '#rrggbb'/'#rgb' or an (r, g, b) triple."""

@@ -88,10 +88,17 @@ UNBOUND_UNITS = 25
 #: at 3 units the rows consuming iterators measured 0.45-0.72 s at the full budget, the bench allows 0.6 s)
 ITEM_UNITS = 4
 
+class Forbidden(Exception):
+    """A construct the program may not use, found as it runs (outcome `forbidden`): what a drawing program never
+    needs and the meter cannot bound (issue 42: a generic alias nested through a union crashed the worker)."""
+
+
 _CONTAINERS = (list, tuple, set, frozenset, dict)
-_NESTED = frozenset({list, tuple, set, frozenset, dict, str})
 #: dict views: sized, and scanned in C like the dict they show
 _VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
+#: what `Meter.size` walks into: a view is charged by what it holds wherever it is compared, hashed or rendered
+#: (issue 42: `[d.keys()] * 1000 == [e.keys()] * 1000` did 10^8 lookups for ~1,000 units)
+_NESTED = frozenset({list, tuple, set, frozenset, dict, str, *_VIEWS})
 _SIZED = (*_CONTAINERS, str, range, *_VIEWS)
 #: units of visiting one nested container in the walk of `Meter.size` (its own cost, about 300 ns)
 WALK_UNITS = 8
@@ -117,6 +124,8 @@ WIDE_STRIP_PER_UNIT = 16
 #: at 1 unit, `list(d.items())` and `tuple` of wide text measured 0.55-0.57 s at the full budget, over the bench's 0.6 s
 #: once the calibration loop's 0.08 s moment is scaled to its usual 0.13 s)
 MADE_UNITS = 2
+#: bits of a made int per extra unit (a 4,000-bit int is 560 bytes and ~400 ns to make: 2 + 31 units)
+INT_BITS_PER_UNIT = 128
 #: bits of integers one unit of `sum` adds (an addition of two 4,096-bit integers allocates a 4,096-bit result)
 SUM_BITS_PER_UNIT = 256
 #: characters of a float literal `float()` parses per unit (1 ns a character measured on a 1M-digit one)
@@ -163,7 +172,7 @@ class Meter:
             return 1 if t is not int else 1 + x.bit_length() // 512
         if t is str:
             return 1 + len(x) // CHARS_PER_UNIT
-        if t is range or t in _VIEWS:
+        if t is range:
             return 1 + len(x)
         if t not in _NESTED:
             return 1
@@ -260,19 +269,20 @@ class Meter:
         t = type(x)
         if t is int:
             return _quadratic(x.bit_length())
-        if t not in _CONTAINERS:
+        if t not in _WALKED:
             return 0
         total, stack = 0, [x]
         while stack:
             y = stack.pop()
-            values = (*y.keys(), *y.values()) if type(y) is dict else y
+            ty = type(y)
+            values = (*y.keys(), *y.values()) if ty is dict else (tuple(y) if ty in _VIEWS else y)
             kinds = set(map(type, values))  # one C pass; the others only when there are ints or containers
             if int in kinds:
                 bits = list(map(int.bit_length, compress(values, map(operator.is_, map(type, values), repeat(int)))))
                 if max(bits) > 511:  # most are small: then nothing more to add
                     total += sum(map(_quadratic, filter(_OVER_ONE_LIMB, bits)))
-            if not _CONTAINERS_SET.isdisjoint(kinds):
-                stack.extend(compress(values, map(_CONTAINERS_SET.__contains__, map(type, values))))
+            if not _WALKED.isdisjoint(kinds):
+                stack.extend(compress(values, map(_WALKED.__contains__, map(type, values))))
         return total
 
     def charged(self, x: Any) -> Any:
@@ -351,7 +361,13 @@ def made_units(x: Any) -> int:
     """Units of a C pass that makes the elements of `x` one by one (MADE_UNITS each where they are new objects:
     a range's ints, non-ASCII text's characters, `dict.items()`'s pairs), else a copy of references (`flat`)."""
     t = type(x)
-    if t is range or t is _VIEWS[2]:
+    if t is range:
+        # each int made is a new object of the bounds' size: charged by its bytes too, so a list of big ints ends
+        # `budget` before it can fill the memory limit (issue 42: `list(range(2 ** 4000, ...))` in a loop ended
+        # `timeout` or `memory` with the machine's speed)
+        bits = max(abs(x.start), abs(x.stop)).bit_length()
+        return 1 + (MADE_UNITS + bits // INT_BITS_PER_UNIT) * len(x)
+    if t is _VIEWS[2]:
         return 1 + MADE_UNITS * len(x)
     if t is str:
         return 1 + (len(x) // ELEMS_PER_UNIT if x.isascii() else MADE_UNITS * len(x))
@@ -377,6 +393,8 @@ _MAKES = frozenset({range, str, _VIEWS[2]})
 #: what `Meter.nest` walks: C recurses through these without a depth check (iterating, hashing)
 _NESTING = frozenset({enumerate, map, zip, filter, types.GeneratorType, types.GenericAlias})
 _CONTAINERS_SET = frozenset(_CONTAINERS)
+#: what `Meter.int_text` walks: the containers and the dict views (`f'{d.keys()}'` renders every key)
+_WALKED = frozenset({*_CONTAINERS, *_VIEWS})
 _OVER_ONE_LIMB = functools.partial(operator.lt, 511)  #: ints whose decimal text costs more than a unit or so
 
 
@@ -508,8 +526,8 @@ def binop_helper(meter: Meter, max_collection: int, real: dict[int, type] | None
             meter.charge(meter.int_text(b))  # '%d' % big, '%s' % ([big] * 1000,): decimal text is quadratic
             r = BINOPS[op](a, b)
             return r if tb in _PLAIN_TEXT or (tb is tuple and _PLAIN_TEXT.issuperset(map(type, b))) else scrub(r)
-        if op == "BitOr" and (id(a) in real or id(b) in real):  # `int | float`: the types' union
-            return real.get(id(a), a) | real.get(id(b), b)
+        if op == "BitOr" and (id(a) in real or id(b) in real or isinstance(a, type) or isinstance(b, type)):
+            raise Forbidden("| on types (a union of types) is not allowed")  # issue 42: as generic aliases
         if ta is not float and tb is not float:
             if op in ("Sub", "BitOr", "BitAnd", "BitXor") and (isinstance(a, (set, frozenset, dict, *_VIEWS))):
                 # set algebra hashes the elements; an iterator operand (a dict view's or `dict |=`) is pulled
@@ -828,26 +846,18 @@ def real_types(table: dict[str, Any]) -> dict[int, type]:
 
 
 def generic_helper(real: dict[int, type], meter: Meter) -> Callable[[Any, Any], Any]:
-    """`_ambench_generic(obj, k)`: `obj[k]` where the program wrote `tuple[...]` (or another wrapped type's
-    name): a wrapped type's subscript is a generic alias of the wrapper, as `tuple[int, int]` is in CPython;
-    calling it calls the wrapper (so it is charged), and its repr names the types."""
+    """`_ambench_generic(obj, k)`: `obj[k]` where the program wrote `tuple[...]` (or another wrapped type's name):
+    an ordinary subscript when the name holds a value, `forbidden` when it holds the type (a generic alias: issue
+    42; until then aliases were built and metered, and their nesting through unions was not)."""
 
     key = meter.key
 
     def generic(obj: Any, k: Any) -> Any:
         if id(obj) in real:
-            key(k)
-            args = k if type(k) is tuple else (k,)
-            # one level above its deepest argument: hashing a generic alias recurses in C without a check
-            # (`t = tuple[t]` 200,000 times, then `{t}`, overflowed the C stack)
-            meter.charge(WRAPPER_UNITS)
-            if not _CONTAINERS_SET.isdisjoint(map(type, args)):
-                # a container inside an alias's arguments is nesting the depth bound would not see between two
-                # aliases (tuple[(deep,)] over and over): an alias's arguments are types, aliases or constants
-                raise TypeError("a generic alias's arguments must be types, not containers, in the sandbox")
-            if _NESTING.isdisjoint(map(type, args)):
-                return types.GenericAlias(obj, args)
-            return meter.made(types.GenericAlias(obj, args), 1 + max(map(meter.nest, args)))
+            # issue 42: a generic alias nested through a union (`t = tuple[t | None]` 100,000 times, then hashed)
+            # crashed the worker, and an alias's repr or union compares ran outside every charge; a drawing program
+            # never needs one (annotations, where they are written, are not evaluated)
+            raise Forbidden(f"subscripting the type {real[id(obj)].__name__} (a generic alias) is not allowed")
         return obj[key(k)]
 
     return generic
@@ -971,8 +981,10 @@ def _hash_all(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
 
 
 def _case(meter: Meter, obj: Any, args: tuple, kwargs: dict) -> tuple:
-    """a new string of at most 3 characters per character (`'ß'.upper()` is 'SS')"""
-    meter.charge(1 + 3 * len(obj) // CHARS_PER_UNIT)
+    """a new string of at most 3 characters per character (`'ß'.upper()` is 'SS'); non-ASCII text one unit a character:
+    a case change that lengthens it runs ~43 ns a character in C (issue 42: charged 3/64 units, ('ß' * 10 ** 6).upper()
+    ran ~900 ns a unit and ended `timeout` or `budget` with the machine's speed)"""
+    meter.charge(1 + (3 * len(obj) // CHARS_PER_UNIT if obj.isascii() else len(obj)))
     return args
 
 

@@ -591,5 +591,21 @@ def _as_load(target: ast.AST) -> ast.expr:
 
 
 def instrument(tree: ast.Module) -> ast.Module:
-    """Return the metered version of an already checked tree."""
-    return _Meter().visit(tree)
+    """Return the metered version of an already checked tree (its annotations dropped first: `unannotate`)."""
+    return _Meter().visit(unannotate(tree))
+
+
+def unannotate(tree: ast.Module) -> ast.Module:
+    """Every annotation replaced by `None`, so none is evaluated: CPython 3.14's semantics (PEP 649: an annotation
+    runs only when `__annotations__` is read, which a program cannot name), on every Python. Before issue 42 the
+    programs inherited `from __future__ import annotations` from the module that compiled them (annotations kept
+    as strings, never run) by accident; a generic alias such as `tuple[int, int]`, refused where it runs, stays
+    writable where models write it, in an annotation."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign):
+            node.annotation = ast.copy_location(ast.Constant(value=None), node.annotation)
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            node.annotation = ast.copy_location(ast.Constant(value=None), node.annotation)
+        elif isinstance(node, ast.FunctionDef) and node.returns is not None:
+            node.returns = ast.copy_location(ast.Constant(value=None), node.returns)
+    return tree

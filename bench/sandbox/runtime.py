@@ -185,7 +185,9 @@ def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
     except policy.PolicyError as e:
         return ExecResult("forbidden", str(e), code=code)
     try:
-        compiled = compile(policy.instrument(tree), "<program>", "exec")
+        # dont_inherit: the program's semantics never depend on this module's own `from __future__` flags (issue 42:
+        # programs inherited `annotations` from here by accident; annotations are now dropped by the instrumenter)
+        compiled = compile(policy.instrument(tree), "<program>", "exec", dont_inherit=True)
     except RecursionError:
         # a fixed reason: the interpreter's own message names where its frames ran out ("in comparison", "in
         # __instancecheck__"), which moves with the instrumenter's code, not with the program
@@ -235,6 +237,8 @@ def execute(text: str, medium: Medium = V1, limits: Limits | None = None) -> Exe
         outcome, reason = "timeout", f"over {limits.cpu_seconds:g} s of CPU"
     except BudgetExceeded as e:
         outcome, reason = "budget", str(e)
+    except meters.Forbidden as e:
+        outcome, reason = "forbidden", str(e)
     except RecursionError:
         outcome, reason = "budget", "recursion too deep"
     except MemoryError:

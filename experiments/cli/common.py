@@ -198,7 +198,9 @@ def check_run(run: Path, needs: Optional[str] = None) -> Any:
         fail(fs_error(OSError(code, os.strerror(code)), run))
     rd = RunDir(run)
     with boundary():  # a settings record that does not read: the commands that follow a study's settings need it whole
-        rd.config()
+        from experiments.study.checks import refuse_other_release
+
+        refuse_other_release(run, rd.config())  # issue 42: never rewritten in part by another release
     if needs == "activations":
         if not rd.activation_stores():
             fail(f"{run} has no activations: run `ambench capture --out {run}` (or `ambench run`) first")

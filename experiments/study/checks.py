@@ -158,3 +158,40 @@ def _context(folder: Path) -> int | None:
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
                 return v
     return None
+
+
+def other_release(config: dict[str, Any]) -> str | None:
+    """Why a run's settings record says it was made by another release of ambench (its `ambench` version, or a study
+    settings record this release would not write: fields added or gone), or None (the same release, or no study).
+    Issue 42: `probe --run` on a study of the previous release rewrote probes.jsonl with today's numbers while its
+    report kept the old ones, and `run` on it was refused: now every command refuses such a study, in these words."""
+    rec = (config.get("stages") or {}).get("study") if isinstance(config, dict) else None
+    if not isinstance(rec, dict):
+        return None
+    from experiments.study.config import versions
+
+    made = (rec.get("versions") or {}).get("ambench")
+    now = versions().get("ambench")
+    if made != now:
+        return f"ambench {made or 'of unknown version'} made it (this is ambench {now})"
+    recorded = rec.get("config")
+    try:
+        again = StudyConfig.from_dict(recorded).as_dict()
+    except Exception:  # noqa: BLE001 - a record this release cannot read at all: another release's
+        return "its study settings are ones this release cannot read"
+    if json.loads(json.dumps(again)) != recorded:
+        fields = sorted(set(again) ^ set(recorded or {})) or sorted(k for k in again if again[k] != recorded.get(k))
+        return f"its study settings differ from what this release records ({', '.join(fields[:4])})"
+    return None
+
+
+def refuse_other_release(path: Path, config: dict[str, Any]) -> None:
+    """One sentence (RunError) when the run at `path` was made by another release: it is read by none of this
+    release's commands rather than rewritten in part."""
+    from experiments.rundir import RunError
+
+    why = other_release(config)
+    if why:
+        raise RunError(f"{path} is a study of another release: {why}. This release neither adds to it nor rewrites "
+                       f"part of it: rerun the study with this release into another folder (`ambench run ... --out NEW`), "
+                       "or read it with the release that made it")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from experiments.rundir import AttemptKey, RunDir, RunError, writing
-from experiments.study.checks import check_dino, check_models, check_prompts
+from experiments.study.checks import check_dino, check_models, check_prompts, refuse_other_release
 from experiments.study.config import StudyConfig, expected_attempts, generation_order, prompt_sets, versions
 from experiments.study.finish import finish
 from experiments.study.timing import StageTimes
@@ -32,6 +32,9 @@ def run_study(c: StudyConfig, out: Path | RunDir, shard: tuple[int, int] | None 
     check_dino(c)
     sets = prompt_sets(c)
     check_prompts(c, sets)  # references and context lengths, before any model loads or the run directory is made
+    existing = RunDir(out.path if isinstance(out, RunDir) else out)
+    if (existing.path / RunDir.CONFIG).is_file():
+        refuse_other_release(existing.path, existing.config())
     with writing(out, "ambench run") as rd:
         foreign = [r for r in rd.rows(RunDir.GENERATIONS) if not c.names_attempt(r)]
         if foreign:  # a side arm once gave the study most of its intervention cuts

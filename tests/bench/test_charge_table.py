@@ -34,7 +34,7 @@ def f(x):
 vals += [f, (x for x in L), [x for x in L], {x for x in L}, {x: x for x in L}, d.keys(), d.values(), d.items()]
 vals += [abs(-1), min(L), max(L), range(2), len(L), int('3'), float('1.5'), list(t), tuple(L), dict(d), set(L), str(1)]
 vals += [round(1.5), enumerate(L), zip(L, L), sum(L), sorted(L), reversed(L), bool(1), any(L), all(L), map(abs, L)]
-vals += [filter(None, L), pow(2, 3), divmod(7, 2), isinstance(1, int), print(), int | float, tuple[int, int]]
+vals += [filter(None, L), pow(2, 3), divmod(7, 2), isinstance(1, int), print(), isinstance(1, (int, float))]
 vals += [L.copy(), L.index(1), L.count(1), L.pop(), d.get('a'), d.setdefault('c', 3), d.pop('c'), d.copy()]
 vals += [s.union(L), s.intersection(L), s.difference(L), s.copy(), s.pop(), t.index(1), t.count(1), range(3).index(1)]
 vals += [w.upper(), w.lower(), w.strip(), w.lstrip(), w.rstrip(), w.split(','), ','.join(['a']), w.replace('a', 'b')]

@@ -60,11 +60,11 @@ def test_near_limit_programs_end_as_their_units_say(idle):
 
 
 def test_outcomes_units_and_pixels_are_the_same_beside_cpu_hogs(idle):
-    """The determinism gate: the corpus again, one program per batch, beside two busy loops (bounded in time, so
-    they end even if this test does not) on a machine whose cores are already shared: identical outcomes,
-    reasons, units and pixels."""
+    """The determinism gate: the corpus again, one program per batch, beside four busy loops (bounded in time, so
+    they end even if this test does not; issue 42 asks for at least four on 2 cores) on a machine whose cores are
+    already shared: identical outcomes, reasons, units and pixels."""
     hog = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 240:\n    pass"
-    hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(2)]
+    hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(4)]
     try:
         loaded = _run(workers=2, batch_size=1)
     finally:
@@ -85,14 +85,13 @@ def test_the_depth_bound_is_exact_and_ordinary_chains_run():
     gens = "g = (x for x in [1])\nfor i in range({n}):\n    g = (x for x in g)\nfill('red')"
     assert execute(gens.format(n=999)).outcome == "ok"  # with the first one, 1,000 generators
     assert execute(gens.format(n=1000)).outcome == "budget"
+    # generic aliases are refused where they run (issue 42), so no chain of them can be built; in annotations, which
+    # are not evaluated, they are written freely
     alias = "t = int\nfor i in range({n}):\n    t = tuple[t]\ns = {{t}}\nfill('red')"
-    assert execute(alias.format(n=1000)).outcome == "ok"
-    assert execute(alias.format(n=1001)).outcome == "budget"
-    # an alias cannot hide nesting between its levels: its arguments are types, aliases or constants
-    hidden = "d = ()\nfor i in range(900):\n    d = (d,)\nt = int\nfor i in range(3):\n    t = tuple[t, (d,)]\nfill('red')"
-    r = execute(hidden)
-    assert r.outcome == "runtime" and "generic alias" in r.reason, (r.outcome, r.reason)
-    assert execute("P = tuple[int, int]\nQ = list[P]\nR = tuple[(int, float)]\nfill('red')").outcome == "ok"
+    r = execute(alias.format(n=1))
+    assert r.outcome == "forbidden" and "generic alias" in r.reason, (r.outcome, r.reason)
+    assert execute("def f(p: tuple[int, int], q: list[tuple[int, float]] | None = None) -> dict[str, int]:\n"
+                   "    return {}\nx: tuple[int, int] = (1, 2)\nf(x)\nfill('red')").outcome == "ok"
     # two chains built in turn (the remembered last link misses every time): the same bound, each chain walked
     # again at every link (40 units a level: 80 million units in all, so a budget that lets the walk finish)
     two = "a = [1]\nb = [1]\nfor i in range({n}):\n    a = zip(a)\n    b = enumerate(b)\nfill('red')"

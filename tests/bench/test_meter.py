@@ -241,10 +241,10 @@ def test_programs_refused_before_they_run_end_budget_in_a_worker():
 
 #: ordinary code that must compute what CPython computes (each drew differently, or failed, in the sandbox)
 AS_CPYTHON = {
-    "isinstance with a union": "v = 2.5\nw = 3\nk = int(isinstance(v, int | float)) + 2 * int(isinstance(w, str | None))\n"
-                               "k += 4 * int(isinstance([], list | tuple))\nrect(0, 0, 1, 1 + k, 'red')",
-    "a generic alias as an annotation": "Point = tuple[int, int]\nGrid = dict[str, list[int]]\ndef f(p: Point) -> Point:\n"
-                                        "    return p\nq = f((3, 4))\nrect(0, 0, 1, q[0], 'red')",
+    "isinstance with a tuple of types": "v = 2.5\nw = 3\nk = int(isinstance(v, (int, float))) + 2 * int(isinstance(w, str))\n"
+                                        "k += 4 * int(isinstance([], (list, tuple)))\nrect(0, 0, 1, 1 + k, 'red')",
+    "generic aliases in annotations": "def f(p: tuple[int, int]) -> tuple[int, int]:\n"
+                                      "    return p\ng: dict[str, list[int]] = {}\nq = f((3, 4))\nrect(0, 0, 1, q[0], 'red')",
     "bound methods compare equal": "a = [1]\nd = {}\nk = int(a.append == a.append) + 2 * int(a.count == a.count) + "
                                    "4 * int(a.append == [1].append) + 8 * int(d.get == d.get)\nrect(0, 0, 1, 1 + k, 'red')",
     "a list is empty during its own sort": "a = [3, 1, 2]\nseen = []\ndef k(x):\n    seen.append(len(a))\n    return x\n"
@@ -256,6 +256,33 @@ AS_CPYTHON = {
     "a program that mutates the list it sorts": "a = [3, 1, 2]\ndef k(x):\n    a.append(x)\n    return x\na.sort(key=k)",
     "list.sort takes keywords only": "a = [3, 1, 2]\na.sort(len)",
 }
+
+
+#: what issue 42 refuses where it runs (`forbidden`, one sentence): a drawing program never needs a generic alias or a
+#: union of types outside an annotation, and the meter cannot bound them (their nesting through unions, their reprs,
+#: a union's pairwise compares); before, each ran (`isinstance(v, int | float)`, `Point = tuple[int, int]`)
+TYPE_EXPRESSIONS = {
+    "a union of types": ("v = 2.5\nk = isinstance(v, int | float)\nfill('red')", "| on types"),
+    "a union with None": ("t = str | None\nfill('red')", "| on types"),
+    "a generic alias": ("Point = tuple[int, int]\nfill('red')", "generic alias"),
+    "a nested generic alias": ("Grid = dict[str, list[int]]\nfill('red')", "generic alias"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TYPE_EXPRESSIONS))
+def test_type_expressions_are_refused_where_they_run(name):
+    text, words = TYPE_EXPRESSIONS[name]
+    r = execute(text)
+    assert r.outcome == "forbidden" and words in r.reason, (r.outcome, r.reason)
+
+
+def test_annotations_are_not_evaluated_as_in_cpython_3_14():
+    """PEP 649 (CPython 3.14): an annotation runs only when `__annotations__` is read, which a program cannot name. Before
+    issue 42 the same held by accident (the compiling module's `from __future__ import annotations` leaked in); now
+    the instrumenter drops every annotation and the compile never inherits a flag."""
+    r = execute("a = []\nx: a.append(1) = 0\ndef f(p: a.append(2)) -> a.append(3):\n    return p\nf(1)\n"
+                "rect(0, 0, 1, 1 + len(a), 'red')")
+    assert r.outcome == "ok" and int((r.pixels != r.pixels[0, 23]).any(axis=-1).sum()) == 1
 
 
 @pytest.mark.parametrize("name", sorted(AS_CPYTHON))

@@ -67,12 +67,34 @@ CLASSES: dict[str, dict[str, str]] = {
         "sum([big] * 100000)": "x = [7 ** 1450] * 100000\nwhile True:\n    s = sum(x)",
         "wide strip(chars)": "s = '\\u4e00' * 100000\nc = '\\u4e01' * 1000 + '\\u4e00'\nwhile True:\n    t = s.strip(c)",
     },
+    # issue 42: types the meter cannot bound are refused (forbidden); views and case changes charged by what C does
+    "generic aliases and unions of types": {
+        "t = tuple[t | None] nested": "t = int\nfor i in range(100000):\n    t = tuple[t | None]\nx = {t}",
+        "str(tuple['x' * 10 ** 6])": "while True:\n    s = str(tuple['x' * 10 ** 6])",
+        "u = u | tuple[i]": "u = int\nfor i in range(100000):\n    u = u | tuple[i]",
+        "int | None": "t = int | None\nfill('red')",
+    },
+    "dict views": {
+        "[d.keys()] * 1000 == [e.keys()] * 1000": "d = {i: i for i in range(100000)}\ne = dict(d)\n"
+                                                  "while True:\n    t = [d.keys()] * 1000 == [e.keys()] * 1000",
+        "f'{d.keys()}' of big ints": "d = {7 ** 1450 + i: 0 for i in range(2000)}\nwhile True:\n    s = f'{d.keys()}'",
+        "fill(d.keys())": "d = {i: i for i in range(10 ** 6)}\nwhile True:\n    try_it = 1\n    fill(d.keys())",
+    },
+    "case changes that lengthen text": {
+        "('ß' * 10 ** 6).upper()": "s = '\u00df' * 10 ** 6\nwhile True:\n    t = s.upper()",
+        "('İ' * 10 ** 6).lower()": "s = '\u0130' * 10 ** 6\nwhile True:\n    t = s.lower()",
+    },
+    "big-int ranges": {
+        "list(range(2 ** 4000, ...))": "a = 2 ** 4000\nkeep = []\nwhile True:\n    keep.append(list(range(a, a + 10 ** 6)))",
+    },
 }
 
 #: what each class must end (by name; anything not listed: `budget`)
 EXPECTED: dict[str, str] = {
     "[].index(big)": "runtime", "().index(big)": "runtime", "fill((big, 0, 0))": "runtime",
-    "set_pixel(big colour)": "runtime",
+    "set_pixel(big colour)": "runtime", "fill(d.keys())": "runtime",
+    "t = tuple[t | None] nested": "forbidden", "str(tuple['x' * 10 ** 6])": "forbidden", "u = u | tuple[i]": "forbidden",
+    "int | None": "forbidden",
 }
 
 PROGRAMS: dict[str, str] = {name: text for programs in CLASSES.values() for name, text in programs.items()}

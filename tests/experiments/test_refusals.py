@@ -80,6 +80,15 @@ def _prompt_file(text: str, task: str = "layout", pid: str = "p1") -> Callable[[
     return write
 
 
+def _earlier_release(run: Path) -> None:
+    """The study's settings record says an earlier ambench made it."""
+    import json
+
+    cfg = json.loads((run / RunDir.CONFIG).read_text())
+    cfg["stages"]["study"]["versions"]["ambench"] = "0.0.9"
+    (run / RunDir.CONFIG).write_text(json.dumps(cfg))
+
+
 def _missing_cuda() -> str:
     """A CUDA device this machine does not have (cuda:0 on a CPU-only torch)."""
     import torch
@@ -132,6 +141,13 @@ WALK: list[tuple[str, list[str], str, Callable[[Path], None] | None]] = [
      "context is 2,048 tokens", _prompt_file("Draw " + "a red square, " * 1500)),
     ("42-run-10-MB-prompt", ["run", "--model", "{model}", "--prompts", "{prompts}", "--out", "{new}"],
      "a prompt is at most 100,000 bytes", _prompt_file("x" * 10_000_000)),
+    ("42-probe-on-an-earlier-release", ["probe", "--run", "{run}"], "is a study of another release: ambench 0.0.9 made it",
+     _earlier_release),
+    ("42-attention-on-an-earlier-release", ["attention", "--run", "{run}", "--model", "{model}"],
+     "is a study of another release", _earlier_release),
+    ("42-report-on-an-earlier-release", ["report", "{run}"], "is a study of another release", _earlier_release),
+    ("42-run-on-an-earlier-release", ["run", "--model", "{model}", "--out", "{run}"], "is a study of another release",
+     _earlier_release),
     ("42-generate-prompt-past-the-context", ["generate", "--model", "{model}", "--prompts", "{prompts}", "--task", "layout",
                                              "--out", "{new}"], "context is 2,048 tokens",
      _prompt_file("Draw " + "a red square, " * 1500)),

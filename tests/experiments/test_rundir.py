@@ -257,3 +257,18 @@ def test_a_refusal_under_the_lock_leaves_the_lock_as_it_found_it(tmp_path):
     with RunDir.writer(run, "ambench probe"):
         pass
     assert b"ambench probe" in lock.read_bytes()  # a command that finished keeps its record
+
+
+def test_a_file_system_error_in_the_model_cache_names_ambench_cache(tmp_path, monkeypatch):
+    """Issue 42: a read-only HOME was told to "copy the run to a writable folder" when the model cache was the problem."""
+    import errno
+
+    from experiments.rundir import fs_error
+    from interp.model_names import cache_dir
+
+    monkeypatch.setenv("AMBENCH_CACHE", str(tmp_path / "cache"))
+    for code in (errno.EROFS, errno.EACCES, errno.ENOSPC):
+        said = fs_error(OSError(code, "x"), cache_dir() / "smollm2-f32")
+        assert "AMBENCH_CACHE" in said and "copy the run" not in said, said
+    run = fs_error(OSError(errno.EROFS, "x"), tmp_path / "run" / ".lock")
+    assert "copy the run to a writable folder" in run and "AMBENCH_CACHE" not in run
