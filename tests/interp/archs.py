@@ -37,7 +37,7 @@ def _config(arch: str, tok: Any) -> tuple[Any, Any]:
     ids = dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
     common = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  max_position_embeddings=512, **ids)
+                  max_position_embeddings=2048, **ids)  # holds the translation prompts (1,213 byte-level tokens)
     if arch == "llama":
         return tf.LlamaConfig(**common), tf.LlamaForCausalLM
     if arch == "qwen2":
