@@ -376,9 +376,20 @@ class _Meter(ast.NodeTransformer):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         units = _weight(node.body) + len(node.args.args) + len(node.args.kwonlyargs)
+        if node.returns is not None:  # annotations are not evaluated (`instrument`): done here, in the one walk
+            node.returns = ast.copy_location(ast.Constant(value=None), node.returns)
         self.generic_visit(node)
         node.body.insert(0, self._tick(node, units))
         return node
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        if node.annotation is not None:
+            node.annotation = ast.copy_location(ast.Constant(value=None), node.annotation)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        node.annotation = ast.copy_location(ast.Constant(value=None), node.annotation)
+        return self.generic_visit(node)
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
         # a lambda is a scope of its own: `:=` is allowed in its body wherever the lambda stands
@@ -591,21 +602,10 @@ def _as_load(target: ast.AST) -> ast.expr:
 
 
 def instrument(tree: ast.Module) -> ast.Module:
-    """Return the metered version of an already checked tree (its annotations dropped first: `unannotate`)."""
-    return _Meter().visit(unannotate(tree))
-
-
-def unannotate(tree: ast.Module) -> ast.Module:
-    """Every annotation replaced by `None`, so none is evaluated: CPython 3.14's semantics (PEP 649: an annotation
-    runs only when `__annotations__` is read, which a program cannot name), on every Python. Before issue 42 the
-    programs inherited `from __future__ import annotations` from the module that compiled them (annotations kept
-    as strings, never run) by accident; a generic alias such as `tuple[int, int]`, refused where it runs, stays
+    """Return the metered version of an already checked tree. Every annotation becomes `None` on the way (the
+    visitors of AnnAssign, arg and FunctionDef), so none is evaluated: CPython 3.14's semantics (PEP 649: an
+    annotation runs only when `__annotations__` is read, which a program cannot name), on every Python. Before issue
+    42 the programs inherited `from __future__ import annotations` from the module that compiled them (annotations
+    kept as strings, never run) by accident; a generic alias such as `tuple[int, int]`, refused where it runs, stays
     writable where models write it, in an annotation."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign):
-            node.annotation = ast.copy_location(ast.Constant(value=None), node.annotation)
-        elif isinstance(node, ast.arg) and node.annotation is not None:
-            node.annotation = ast.copy_location(ast.Constant(value=None), node.annotation)
-        elif isinstance(node, ast.FunctionDef) and node.returns is not None:
-            node.returns = ast.copy_location(ast.Constant(value=None), node.returns)
-    return tree
+    return _Meter().visit(tree)
