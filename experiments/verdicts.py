@@ -36,6 +36,9 @@ KINDS = {
                       "null-asis and than moved-used; patching moves the rate",
     "fixed-plan": "the next statement ignores the geometry already drawn: moved arms continue as null-asis; patching "
                   "moves nothing",
+    "readable-unused": "a plan readable at the last prompt token that the drawing does not read: interchange and "
+                       "erasure there change the announced line, not the drawing (interp.causal; no stage of the study "
+                       "runs them yet)",
 }
 
 
@@ -229,9 +232,16 @@ def _fixed_plan(ctx: "_Run", m: str) -> list[dict[str, Any]]:
                  ok, vals)] + _patching(ctx, m, False, by)
 
 
+def _readable_unused(ctx: "_Run", m: str) -> list[dict[str, Any]]:
+    """The causal test is a call from Python (`interp.causal.causal_test`), not a stage of the study yet: a run says so
+    rather than borrowing another test's words (tests/interp/test_causal.py checks the known answer)."""
+    return [_row(_short(m), "interchange and erasure at `last`", "the drawing unchanged, the line moved",
+                 "not computed: no stage of the study runs the causal test yet (interp.causal.causal_test does)", None, {})]
+
+
 RULES: dict[str, Callable[["_Run", str], list[dict[str, Any]]]] = {
     "stated-geometry": _stated_geometry, "hidden-plan": _hidden_plan, "no-plan": _no_plan,
-    "state-tracking": _state_tracking, "fixed-plan": _fixed_plan}
+    "state-tracking": _state_tracking, "fixed-plan": _fixed_plan, "readable-unused": _readable_unused}
 
 
 class _Run:

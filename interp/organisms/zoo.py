@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from interp.organisms import planners, tracker, translator
+from interp.organisms import decoy, planners, tracker, translator
 from interp.organisms.data import Dataset
 from interp.organisms.train import TrainConfig
 
@@ -36,6 +36,8 @@ class Organism:
     module: str  #: file name of its generator module (part of its code version)
     #: the kind of known answer it constructs, which decides its verdict rule (experiments/organisms.py, KINDS)
     constructs: str = ""
+    #: other modules its generator reads (hashed into its code version too: the decoy builds on planners.py)
+    uses: tuple[str, ...] = ()
 
 
 ORGANISMS: dict[str, Organism] = {o.name: o for o in (
@@ -69,6 +71,12 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
         "covers a region with one square per slot in order, whatever the earlier squares drew",
         "moved arms continue as often as null-asis (every moved-arm Delta ~0)",
         lambda: tracker.dataset("fixed-plan"), TrainConfig(steps=1000), "tracker.py", "fixed-plan"),
+    Organism(
+        "decoy-planner", "layout",
+        "announces the xor-planner's layout in its first line, then draws the xor-planner-b's",
+        "the announced layout is readable at the last prompt token and drives the line, but the drawing does not "
+        "read it: interchange and erasure there change the line, not what is drawn",
+        decoy.dataset, TrainConfig(steps=1000), "decoy.py", "readable-unused", uses=("planners.py",)),
 )}
 
 
@@ -83,6 +91,6 @@ def code_version(name: str) -> str:
     spec = get(name)
     h = hashlib.sha256(json.dumps([name, spec.config.as_dict()], sort_keys=True).encode())
     here = Path(__file__).parent
-    for fname in COMMON + (spec.module,):
+    for fname in COMMON + (spec.module,) + spec.uses:
         h.update(b"\0" + fname.encode() + b"\0" + (here / fname).read_bytes())
     return h.hexdigest()[:16]

@@ -1,0 +1,154 @@
+"""Readable or used (issue 41, first part): LEACE erasure and interchange along the concept's subspace, with known
+answers.
+
+- LEACE equals the `concept-erasure` package (0.2.4, `LeaceFitter(shrinkage=False, constrain_cov_trace=False)`) on a
+  seeded case whose projection and bias were computed with the package (printed here to 15 digits), and it keeps
+  its guarantees: no linear function of the erased activations predicts the concept better than its mean, and it
+  moves them less than the orthogonal projection that also erases it; a broken variant (the mean not subtracted)
+  fails the guarantee.
+- On the xor-planner, whose first answer token states the plan its bars then follow, at the last block's output on
+  the last prompt token: interchange along the layout's pattern subspace makes it draw the source's layout (IIA >=
+  0.9, interval above chance), erasure drives the drawing to chance, the unpatched drawing is its own; broken
+  variants (the subspace component added instead of replaced; the source swapped for the base) fail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from interp import causal
+from interp.causal import Eraser, leace, pattern, subspace
+
+#: the package's eraser on `_case()` (concept_erasure 0.2.4, float64): projection P and bias (mean of x)
+PACKAGE_P = [[0.792460314392089, 0.279090140599519, -0.052063778970604, -0.049502640483797, 0.152333630961796],
+             [0.473852384794373, 0.359400203443463, 0.181903699344777, 0.222092470537539, -0.0693705054259],
+             [-0.050651210509274, 0.070297042661499, 0.946623767634117, -0.082454822875055, -0.142475136341103],
+             [-0.24692826953216, 0.338577621372498, -0.183373524332362, 0.730986843815575, -0.355149174896805],
+             [0.113952125475626, -0.144172742272983, -0.140254599412999, -0.26497570997141, 0.170528870714756]]
+PACKAGE_BIAS = [-0.021544148885615, -0.083758177461476, -0.041670080207571, 0.100413463649262, -0.285120786313238]
+
+
+def _case(seed=42, n=40, d=5, k=2):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, k))
+    return z @ rng.normal(size=(k, d)) + rng.normal(size=(n, d)), z
+
+
+def test_leace_equals_the_concept_erasure_package():
+    x, z = _case()
+    e = leace(x, z)
+    assert np.abs((np.eye(5) - e.left @ e.right) - np.array(PACKAGE_P)).max() <= 1e-12
+    assert np.abs(e.mean - np.array(PACKAGE_BIAS)).max() <= 1e-12
+
+
+def _guarded(xe, z):
+    """The largest cross-covariance of the erased activations with the concept (0: linearly guarded)."""
+    return np.abs((xe - xe.mean(0)).T @ (z - z.mean(0))).max() / len(xe)
+
+
+def test_leace_guarantees_and_a_broken_variant_fails():
+    rng = np.random.default_rng(3)
+    z = np.eye(4)[rng.integers(0, 4, 300)]
+    x = z @ rng.normal(size=(4, 30)) * 2 + rng.normal(size=(300, 30)) @ rng.normal(size=(30, 30)) * 0.3
+    e = leace(x, z)
+    xe = e(x)
+    assert _guarded(x, z) > 0.1 and _guarded(xe, z) <= 1e-10
+    # a ridge probe of the concept from the erased activations predicts no better than the mean (in sample)
+    w = causal.readout(xe, z, alpha=1e-6)
+    pred = (xe - xe.mean(0)) @ w + z.mean(0)
+    assert ((z - pred) ** 2).sum() >= ((z - z.mean(0)) ** 2).sum() * (1 - 1e-8)
+    # least squares: it moves the activations less than the orthogonal projection that also erases the concept
+    u = pattern(x, z)
+    orth = x - ((x - x.mean(0)) @ u) @ u.T
+    assert _guarded(orth, z) <= 1e-10
+    assert ((xe - x) ** 2).sum() < ((orth - x) ** 2).sum()
+    broken = Eraser(np.zeros_like(e.mean), e.left, e.right)  # the mean not subtracted: an offset per class remains
+    assert np.abs(broken(x) - xe).max() > 1e-3 and not np.allclose(broken(x).mean(0), x.mean(0))
+    assert e.rank == 3 and subspace(np.zeros((5, 2))).shape == (5, 0)
+
+
+def test_bad_inputs_are_one_sentence():
+    with pytest.raises(ValueError, match="x must be"):
+        leace(np.ones(3), np.ones(3))
+    with pytest.raises(ValueError, match="finite"):
+        leace(np.array([[1.0, np.nan], [2.0, 3.0]]), np.ones(2))
+
+
+# --------------------------------------------------------------------------- the known answer on the xor-planner
+
+@pytest.fixture(scope="module")
+def planner():
+    from interp.organisms import WEIGHTS, planners, record
+    from interp.organisms.zoo import code_version
+    from interp.prompts import Protocol, build
+    from interp.runtime import Runtime
+
+    if (record(WEIGHTS / "xor-planner") or {}).get("code_version") != code_version("xor-planner"):
+        pytest.skip("committed xor-planner weights missing or stale")
+    from bench.sandbox.runtime import execute
+    from interp.probes import occupancy
+
+    rt = Runtime.load("organism:xor-planner", device="cpu")
+    keys = planners.heldout_keys()[:64]
+    layouts = []
+    for v in (0, 1):
+        for h in (0, 1):
+            r = execute(planners.program(keys[0], v, h))
+            layouts.append(occupancy(r.pixels, r.background))
+    plan = planners.PLANS["xor-planner"]
+    labels = [2 * plan(k[0], k[4], k[6], k[8])[0] + plan(k[0], k[4], k[6], k[8])[1] for k in keys]
+    tokens = [build(planners.item_of(k), Protocol("zero-shot", 0), rt.tokenizer).tokens for k in keys]
+    return rt, tokens, np.array(labels), np.stack(layouts)
+
+
+def test_the_plan_at_the_last_token_is_used(planner):
+    rt, tokens, labels, layouts = planner
+    res = causal.causal_test(rt, tokens, labels, layouts, layer=rt.info.n_layers, seed=0)
+    s = res.summary
+    assert s["none"]["share"] == 1.0  # unpatched, it draws its own plan
+    assert s["interchange"]["share"] >= 0.9 and s["interchange"]["lo"] > s["interchange"]["chance"]
+    assert s["erasure"]["lo"] <= s["erasure"]["base_rate"] <= s["erasure"]["hi"]  # erased: the drawing goes to chance
+    assert s["erasure"]["kept"] < 0.5
+    frame = res.to_frame()
+    assert set(frame["method"]) == {"none", "interchange", "erasure"} and (frame["n"] == 64).all()
+
+
+def test_broken_interchanges_fail_the_known_answer(planner, monkeypatch):
+    rt, tokens, labels, layouts = planner
+    real = causal.interchange_hook
+
+    def added(basis, sources):  # the source's component added, the base's not removed
+        import torch
+
+        def apply(h):
+            u = torch.as_tensor(basis, dtype=h.dtype)
+            return h + (torch.as_tensor(sources, dtype=h.dtype) @ u) @ u.T
+        return causal._last_column(apply)
+
+    monkeypatch.setattr(causal, "interchange_hook", added)
+    res = causal.causal_test(rt, tokens, labels, layouts, layer=rt.info.n_layers, methods=("interchange",))
+    assert res.summary["interchange"]["share"] < 0.9
+
+    def swapped(basis, sources):  # base and source in each other's roles: the source's residual, the base's component
+        import torch
+
+        def apply(h):
+            u = torch.as_tensor(basis, dtype=h.dtype)
+            src = torch.as_tensor(sources, dtype=h.dtype)
+            return src + ((h - src) @ u) @ u.T
+        return causal._last_column(apply)
+
+    monkeypatch.setattr(causal, "interchange_hook", swapped)
+    res = causal.causal_test(rt, tokens, labels, layouts, layer=rt.info.n_layers, methods=("interchange",))
+    assert res.summary["interchange"]["share"] < 0.9
+    assert real is not swapped
+
+
+def test_the_weights_subspace_moves_nothing_where_the_pattern_moves_everything(planner):
+    """The finding behind basis="pattern": at the site where swapping the layout's pattern subspace changes every
+    drawing, swapping the ridge probe's weight subspace changes none."""
+    rt, tokens, labels, layouts = planner
+    res = causal.causal_test(rt, tokens[:32], labels[:32], layouts, layer=rt.info.n_layers, methods=("interchange",),
+                             basis="weights")
+    assert res.summary["interchange"]["share"] <= 0.1
