@@ -204,7 +204,7 @@ BASES = ("pattern", "weights")
 def causal_test(rt: Any, prompts: Sequence[Sequence[int]], labels: Sequence[int], layouts: np.ndarray, layer: int,
                 seed: int = 0, max_new_tokens: int = 160, level: float = 0.95,
                 methods: Sequence[str] = ("none", "interchange", "erasure"), basis: str = "pattern",
-                line_labels: Sequence[str] | None = None) -> CausalResult:
+                line_labels: Sequence[str] | None = None, groups: Sequence[Any] | None = None) -> CausalResult:
     """Interchange and erasure at `blocks.{layer}.hook_resid_pre` (layer n_layers: the last block's output) at each
     prompt's last token, measured on what the model then draws (greedy).
 
@@ -224,11 +224,16 @@ def causal_test(rt: Any, prompts: Sequence[Sequence[int]], labels: Sequence[int]
             probe's reading leaves the model's (docs/causal.md).
         line_labels: the first line the model writes for each layout (e.g. the planners' plan line): each method
             then also reports whether the line matched (`line_share`), apart from the drawing.
+        groups: each prompt's template or family: the paired effect's interval and sign-flip p follow them
+            (`interp.pair_effects.pair_inference`).
 
     Per method the summary holds `share` (the drawing matched: for interchange the source's layout, the IIA; for
     erasure and none the prompt's own), its Wilson interval, `chance` (the share the *unpatched* drawings meet the
     same expectation: what no effect gives), `base_rate` (the commonest layout's share: what a drawing that ignores
     the plan meets), `kept` (the drawing equals the unpatched one) and, with `line_labels`, the same for the first line.
+    `effect` is the paired effect per prompt, matched after minus matched unpatched (each prompt its own control),
+    with a grouped interval (`effect_lo`, `effect_hi`) and a sign-flip p against "no effect" (`p`): the estimand is
+    the mean change per prompt over the population of templates (issue 40's `pair_inference`).
 
     Example::
 
@@ -278,6 +283,10 @@ def causal_test(rt: Any, prompts: Sequence[Sequence[int]], labels: Sequence[int]
                              "drawn": int(drawn[i]), "line": int(said[i]), "expected": int(expect[m][i]),
                              "matched": bool(hit[i]), "kept": bool(kept[i]), "line_matched": bool(line_hit[i])})
         lo, hi = wilson(int(hit.sum()), n, level)
+        from interp.pair_effects import pair_inference
+
+        paired = hit.astype(float) - (unpatched[0] == expect[m]).astype(float)
+        inf = pair_inference(paired, groups, level, seed=seed)
         row = {"matched": int(hit.sum()), "n": n, "share": float(hit.mean()), "lo": lo, "hi": hi,
                # what "matched" would be with no effect: the unpatched drawing meeting this method's expectation
                "chance": float(np.mean(unpatched[0] == expect[m])),
@@ -285,11 +294,16 @@ def causal_test(rt: Any, prompts: Sequence[Sequence[int]], labels: Sequence[int]
                "base_rate": float(np.bincount(labels, minlength=len(layouts)).max() / n),
                "kept": float(kept.mean()), "drew_nothing": int((drawn < 0).sum()),
                "rank": basis_.shape[1] if m == "interchange" else (eraser.rank if m == "erasure" else 0),
-               "seed": seed, "basis": basis if m == "interchange" else None}
+               "seed": seed, "basis": basis if m == "interchange" else None,
+               "effect": float(inf.mean), "effect_lo": float(inf.lo), "effect_hi": float(inf.hi), "p": float(inf.p),
+               "n_groups": inf.n_groups}
         if lines is not None:
             llo, lhi = wilson(int(line_hit.sum()), n, level)
+            linf = pair_inference(line_hit.astype(float) - (unpatched[1] == expect[m]).astype(float), groups, level,
+                                  seed=seed)
             row.update({"line_share": float(line_hit.mean()), "line_lo": llo, "line_hi": lhi,
-                        "line_chance": float(np.mean(unpatched[1] == expect[m]))})
+                        "line_chance": float(np.mean(unpatched[1] == expect[m])), "line_effect": float(linf.mean),
+                        "line_effect_lo": float(linf.lo), "line_effect_hi": float(linf.hi), "line_p": float(linf.p)})
         res.summary[m] = row
     return res
 

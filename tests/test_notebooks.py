@@ -32,3 +32,14 @@ def test_the_patching_notebook_runs():
 def test_the_dose_response_notebook_runs():
     text, drew = _run("dose_response.ipynb")
     assert "alpha" in text and "high" in text and "n" in text and drew
+
+
+@pytest.mark.slow
+def test_the_causal_notebook_runs():
+    from interp.organisms import WEIGHTS, record
+    from interp.organisms.zoo import code_version
+
+    if (record(WEIGHTS / "decoy-planner") or {}).get("code_version") != code_version("decoy-planner"):
+        pytest.skip("committed decoy-planner weights missing or stale")
+    text, _ = _run("causal.ipynb")
+    assert "xor-planner" in text and "decoy-planner" in text and "interchange" in text and "line_share" in text

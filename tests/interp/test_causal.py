@@ -99,13 +99,16 @@ def planner():
     plan = planners.PLANS["xor-planner"]
     labels = [2 * plan(k[0], k[4], k[6], k[8])[0] + plan(k[0], k[4], k[6], k[8])[1] for k in keys]
     tokens = [build(planners.item_of(k), Protocol("zero-shot", 0), rt.tokenizer).tokens for k in keys]
+    rt.templates = [(k[2], k[3]) for k in keys]  # (noun, verb): the prompts' template
     return rt, tokens, np.array(labels), np.stack(layouts)
 
 
 def test_the_plan_at_the_last_token_is_used(planner):
     rt, tokens, labels, layouts = planner
-    res = causal.causal_test(rt, tokens, labels, layouts, layer=rt.info.n_layers, seed=0)
+    res = causal.causal_test(rt, tokens, labels, layouts, layer=rt.info.n_layers, seed=0, groups=rt.templates)
     s = res.summary
+    assert s["interchange"]["effect_lo"] > 0 and s["interchange"]["p"] <= 0.01 and s["interchange"]["n_groups"] == 16
+    assert s["erasure"]["effect_hi"] < 0
     assert s["none"]["share"] == 1.0  # unpatched, it draws its own plan
     assert s["interchange"]["share"] >= 0.9 and s["interchange"]["lo"] > s["interchange"]["chance"]
     assert s["erasure"]["lo"] <= s["erasure"]["base_rate"] <= s["erasure"]["hi"]  # erased: the drawing goes to chance
@@ -152,3 +155,52 @@ def test_the_weights_subspace_moves_nothing_where_the_pattern_moves_everything(p
     res = causal.causal_test(rt, tokens[:32], labels[:32], layouts, layer=rt.info.n_layers, methods=("interchange",),
                              basis="weights")
     assert res.summary["interchange"]["share"] <= 0.1
+
+
+@pytest.fixture(scope="module")
+def decoy():
+    from interp.organisms import WEIGHTS, decoy as decoy_module, planners, record
+    from interp.organisms.zoo import code_version
+    from interp.prompts import Protocol, build
+    from interp.runtime import Runtime
+
+    if (record(WEIGHTS / "decoy-planner") or {}).get("code_version") != code_version("decoy-planner"):
+        pytest.skip("committed decoy-planner weights missing or stale")
+    from bench.sandbox.runtime import execute
+    from interp.probes import occupancy
+
+    rt = Runtime.load("organism:decoy-planner", device="cpu")
+    keys = planners.heldout_keys()[:64]
+    layouts, lines = [], []
+    for v in (0, 1):
+        for h in (0, 1):
+            r = execute(planners.program(keys[0], v, h))
+            layouts.append(occupancy(r.pixels, r.background))
+            lines.append(planners.label(v, h))
+    announced = np.array([2 * decoy_module.announced(k)[0] + decoy_module.announced(k)[1] for k in keys])
+    drawn = np.array([2 * decoy_module.drawn(k)[0] + decoy_module.drawn(k)[1] for k in keys])
+    tokens = [build(planners.item_of(k), Protocol("zero-shot", 0), rt.tokenizer).tokens for k in keys]
+    return rt, tokens, announced, drawn, np.stack(layouts), lines
+
+
+def test_the_decoy_s_announced_plan_is_readable_and_unused(decoy):
+    """The readable-but-unused known answer: at the last block's output on the last prompt token, the announced
+    layout is decodable and drives the line (interchange moves the line to the source's, erasure sends it to chance),
+    while the drawing keeps its own layout: its match with the source's announced layout stays at what no effect
+    gives (the interval covers `chance`)."""
+    from interp.probes import Grid, nested_cv
+
+    rt, tokens, announced, drawn, layouts, lines = decoy
+    acts = rt.capture(tokens, [[len(t) - 1] for t in tokens], [rt.info.n_layers])[:, 0, 0].numpy()
+    r2 = nested_cv(acts, np.eye(4)[announced], Grid(pca=(4, 8, 16, 32), outer=4, inner=3), seed=0).r2
+    assert r2 >= 0.9  # readable
+    res = causal.causal_test(rt, tokens, announced, layouts, layer=rt.info.n_layers, line_labels=lines)
+    s = res.summary
+    assert s["none"]["line_share"] >= 0.95  # it announces the xor-planner's layout ...
+    assert np.mean([r["drawn"] == d for r, d in zip([r for r in res.rows if r["method"] == "none"], drawn)]) >= 0.95
+    assert s["interchange"]["line_share"] >= 0.9  # the line reads the site: it announces the source's layout
+    assert s["interchange"]["kept"] >= 0.9  # the drawing does not
+    assert s["interchange"]["lo"] <= s["interchange"]["chance"] <= s["interchange"]["hi"]
+    assert s["interchange"]["effect_lo"] <= 0 <= s["interchange"]["effect_hi"]  # the drawing: no effect shown
+    assert s["interchange"]["line_effect_lo"] > 0  # the line: moved
+    assert s["erasure"]["line_share"] <= 0.5 and s["erasure"]["kept"] >= 0.9
