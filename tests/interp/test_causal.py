@@ -77,30 +77,39 @@ def test_bad_inputs_are_one_sentence():
 
 # --------------------------------------------------------------------------- the known answer on the xor-planner
 
-@pytest.fixture(scope="module")
-def planner():
+def _organism(name: str, n: int = 64):
+    """The organism's runtime (skipped when its committed weights are missing or stale), its first n held-out prompts'
+    keys and tokens, the four layouts' occupancies and their plan lines."""
+    from bench.sandbox.runtime import execute
     from interp.organisms import WEIGHTS, planners, record
     from interp.organisms.zoo import code_version
+    from interp.probes import occupancy
     from interp.prompts import Protocol, build
     from interp.runtime import Runtime
 
-    if (record(WEIGHTS / "xor-planner") or {}).get("code_version") != code_version("xor-planner"):
-        pytest.skip("committed xor-planner weights missing or stale")
-    from bench.sandbox.runtime import execute
-    from interp.probes import occupancy
-
-    rt = Runtime.load("organism:xor-planner", device="cpu")
-    keys = planners.heldout_keys()[:64]
-    layouts = []
+    if (record(WEIGHTS / name) or {}).get("code_version") != code_version(name):
+        pytest.skip(f"committed {name} weights missing or stale")
+    rt = Runtime.load(f"organism:{name}", device="cpu")
+    keys = planners.heldout_keys()[:n]
+    layouts, lines = [], []
     for v in (0, 1):
         for h in (0, 1):
             r = execute(planners.program(keys[0], v, h))
             layouts.append(occupancy(r.pixels, r.background))
+            lines.append(planners.label(v, h))
+    tokens = [build(planners.item_of(k), Protocol("zero-shot", 0), rt.tokenizer).tokens for k in keys]
+    return rt, keys, tokens, np.stack(layouts), lines
+
+
+@pytest.fixture(scope="module")
+def planner():
+    from interp.organisms import planners
+
+    rt, keys, tokens, layouts, _ = _organism("xor-planner")
     plan = planners.PLANS["xor-planner"]
     labels = [2 * plan(k[0], k[4], k[6], k[8])[0] + plan(k[0], k[4], k[6], k[8])[1] for k in keys]
-    tokens = [build(planners.item_of(k), Protocol("zero-shot", 0), rt.tokenizer).tokens for k in keys]
     rt.templates = [(k[2], k[3]) for k in keys]  # (noun, verb): the prompts' template
-    return rt, tokens, np.array(labels), np.stack(layouts)
+    return rt, tokens, np.array(labels), layouts
 
 
 def test_the_plan_at_the_last_token_is_used(planner):
@@ -159,28 +168,12 @@ def test_the_weights_subspace_moves_nothing_where_the_pattern_moves_everything(p
 
 @pytest.fixture(scope="module")
 def decoy():
-    from interp.organisms import WEIGHTS, decoy as decoy_module, planners, record
-    from interp.organisms.zoo import code_version
-    from interp.prompts import Protocol, build
-    from interp.runtime import Runtime
+    from interp.organisms import decoy as decoy_module
 
-    if (record(WEIGHTS / "decoy-planner") or {}).get("code_version") != code_version("decoy-planner"):
-        pytest.skip("committed decoy-planner weights missing or stale")
-    from bench.sandbox.runtime import execute
-    from interp.probes import occupancy
-
-    rt = Runtime.load("organism:decoy-planner", device="cpu")
-    keys = planners.heldout_keys()[:64]
-    layouts, lines = [], []
-    for v in (0, 1):
-        for h in (0, 1):
-            r = execute(planners.program(keys[0], v, h))
-            layouts.append(occupancy(r.pixels, r.background))
-            lines.append(planners.label(v, h))
+    rt, keys, tokens, layouts, lines = _organism("decoy-planner")
     announced = np.array([2 * decoy_module.announced(k)[0] + decoy_module.announced(k)[1] for k in keys])
     drawn = np.array([2 * decoy_module.drawn(k)[0] + decoy_module.drawn(k)[1] for k in keys])
-    tokens = [build(planners.item_of(k), Protocol("zero-shot", 0), rt.tokenizer).tokens for k in keys]
-    return rt, tokens, announced, drawn, np.stack(layouts), lines
+    return rt, tokens, announced, drawn, layouts, lines
 
 
 def test_the_decoy_s_announced_plan_is_readable_and_unused(decoy):
