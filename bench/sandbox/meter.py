@@ -126,6 +126,8 @@ WIDE_STRIP_PER_UNIT = 16
 MADE_UNITS = 2
 #: bits of a made int per extra unit (a 4,000-bit int is 560 bytes and ~400 ns to make: 2 + 31 units)
 INT_BITS_PER_UNIT = 128
+#: the largest bound of a range or start of an enumerate (a drawing program counts far less)
+MAX_RANGE_BITS = 64
 #: bits of integers one unit of `sum` adds (an addition of two 4,096-bit integers allocates a 4,096-bit result)
 SUM_BITS_PER_UNIT = 256
 #: characters of a float literal `float()` parses per unit (1 ns a character measured on a 1M-digit one)
@@ -361,13 +363,8 @@ def made_units(x: Any) -> int:
     """Units of a C pass that makes the elements of `x` one by one (MADE_UNITS each where they are new objects:
     a range's ints, non-ASCII text's characters, `dict.items()`'s pairs), else a copy of references (`flat`)."""
     t = type(x)
-    if t is range:
-        # each int made is a new object of the bounds' size: charged by its bytes too, so a list of big ints ends
-        # `budget` before it can fill the memory limit (issue 42: `list(range(2 ** 4000, ...))` in a loop ended
-        # `timeout` or `memory` with the machine's speed)
-        bits = max(abs(x.start), abs(x.stop)).bit_length()
-        return 1 + (MADE_UNITS + bits // INT_BITS_PER_UNIT) * len(x)
-    if t is _VIEWS[2]:
+    if t is range or t is _VIEWS[2]:
+        # (a range's ints are one limb at most: bounds over MAX_RANGE_BITS are refused when it is made)
         return 1 + MADE_UNITS * len(x)
     if t is str:
         return 1 + (len(x) // ELEMS_PER_UNIT if x.isascii() else MADE_UNITS * len(x))
@@ -393,6 +390,8 @@ _MAKES = frozenset({range, str, _VIEWS[2]})
 #: what `Meter.nest` walks: C recurses through these without a depth check (iterating, hashing)
 _NESTING = frozenset({enumerate, map, zip, filter, types.GeneratorType, types.GenericAlias})
 _CONTAINERS_SET = frozenset(_CONTAINERS)
+#: operands of set algebra (either side: a dict view's reflected operators take any iterable)
+_SETLIKE = (set, frozenset, dict, *_VIEWS)
 #: what `Meter.int_text` walks: the containers and the dict views (`f'{d.keys()}'` renders every key)
 _WALKED = frozenset({*_CONTAINERS, *_VIEWS})
 _OVER_ONE_LIMB = functools.partial(operator.lt, 511)  #: ints whose decimal text costs more than a unit or so
@@ -473,6 +472,27 @@ def _printf_units(fmt: str, args: Any) -> int:
     return padded // CHARS_PER_UNIT
 
 
+def _hashed_units(meter: Meter, x: Any) -> int:
+    """Units of hashing every element of `x` in C: its nested size, and for a string or a range the elements C makes
+    one by one (a string's characters are hashed one at a time, not 64 to a unit)."""
+    if type(x) is str:
+        return HASH_UNITS * (1 + len(x)) + made_units(x)
+    return HASH_UNITS * meter.size(x) + (made_units(x) if type(x) in _MAKES else 0)
+
+
+def unary_helper(meter: Meter) -> Callable[[str, Any], Any]:
+    """`_ambench_unary(op, x)`: -x, +x or ~x of an operand that is not a literal, a big int charged by its size (each
+    is a new object: `[-x for _ in range(10 ** 6)]` of a 4,000-bit x made 560 MB for 1 unit an item, issue 42)."""
+    ops = {"USub": operator.neg, "UAdd": operator.pos, "Invert": operator.invert}
+
+    def unary(op: str, x: Any) -> Any:
+        if type(x) is int and x.bit_length() > 64:
+            meter.charge(1 + x.bit_length() // INT_BITS_PER_UNIT)
+        return ops[op](x)
+
+    return unary
+
+
 def binop_helper(meter: Meter, max_collection: int, real: dict[int, type] | None = None) -> Callable[[str, Any, Any, bool], Any]:
     """`_ambench_binop(op, a, b, inplace)`: charge, check, then apply one binary operator. `real` maps the
     builtins table's wrapped types to the types they stand for (`int | float` is a union of the types)."""
@@ -529,14 +549,19 @@ def binop_helper(meter: Meter, max_collection: int, real: dict[int, type] | None
         if op == "BitOr" and (id(a) in real or id(b) in real or isinstance(a, type) or isinstance(b, type)):
             raise Forbidden("| on types (a union of types) is not allowed")  # issue 42: as generic aliases
         if ta is not float and tb is not float:
-            if op in ("Sub", "BitOr", "BitAnd", "BitXor") and (isinstance(a, (set, frozenset, dict, *_VIEWS))):
+            if op in ("Sub", "BitOr", "BitAnd", "BitXor") and (isinstance(a, _SETLIKE) or isinstance(b, _SETLIKE)):
                 # set algebra hashes the elements; an iterator operand (a dict view's or `dict |=`) is pulled
-                # in C, so it is metered per item (`d.keys() ^ map(abs, big)` ran 12.6 s on one unit)
-                if not isinstance(b, _SIZED):
+                # in C, so it is metered per item (`d.keys() ^ map(abs, big)` ran 12.6 s on one unit). A dict view on
+                # the right takes any iterable on the left (`[t] & d.keys()` hashes every element of the list in C:
+                # issue 42's attack found a 400,000-deep tuple there crashing the worker, uncharged)
+                if not isinstance(a, _SIZED):
+                    a = _metered_iter(meter, a, HASH_UNITS)
+                    meter.charge(_hashed_units(meter, b))
+                elif not isinstance(b, _SIZED):
                     b = _metered_iter(meter, b, HASH_UNITS)
-                    meter.charge(HASH_UNITS * meter.size(a))
+                    meter.charge(_hashed_units(meter, a))
                 else:
-                    meter.charge(HASH_UNITS * (meter.size(a) + meter.size(b)))
+                    meter.charge(_hashed_units(meter, a) + _hashed_units(meter, b))
             elif inplace and ta is list and not isinstance(b, _SIZED):
                 b = _metered_iter(meter, b)  # list += iterator: charged per item
             elif isinstance(a, _SIZED) or isinstance(b, _SIZED):
@@ -614,8 +639,10 @@ def _metered_iter(meter: Meter, it: Iterable[Any], deep: int = 0) -> Iterable[An
     def gen() -> Iterable[Any]:
         for x in it:
             # hashing or comparing items: the size measured per item is a Python call of its own (dict |= zip
-            # took 0.6-0.8 s at the full budget with one ITEM_UNITS for both, 0.49-0.58 s with two)
-            meter.tick(3 * ITEM_UNITS + deep * meter.size(x) if deep else ITEM_UNITS)
+            # took 0.6-0.8 s at the full budget with one ITEM_UNITS for both, 0.49-0.58 s with two); a big int
+            # pulled is charged by its size, for an iterator such as map(abs, bigs) makes each one new (issue 42)
+            meter.tick(3 * ITEM_UNITS + deep * meter.size(x) if deep else
+                       ITEM_UNITS + (x.bit_length() // INT_BITS_PER_UNIT if type(x) is int else 0))
             yield x
 
     return gen()
@@ -673,6 +700,10 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
     binop = binop_helper(meter, max_collection, real)
 
     def rng(*args: Any) -> range:
+        if any(type(a) is int and a.bit_length() > MAX_RANGE_BITS for a in args):
+            # a drawing program never counts past 2^64; each int a range of big ints makes is a new object of their
+            # size, made in C by list, zip, reversed... (issue 42: `outcome` memory or timeout with the machine)
+            raise ValueError(f"range bounds over {MAX_RANGE_BITS} bits are not allowed in the sandbox")
         r = range(*args)
         if len(r) > max_range:
             raise BudgetExceeded(f"range of {len(r)} elements exceeds {max_range}")
@@ -815,6 +846,8 @@ def builtins_table(meter: Meter, max_range: int, max_collection: int = 1_000_000
         # a level above its source, as map and zip (a chain of 200,000 enumerates overflowed the C stack); the
         # wrapper's own call charged, as every wrapper's (the builtin itself was handed out before)
         meter.charge(WRAPPER_UNITS)
+        if type(start) is int and start.bit_length() > MAX_RANGE_BITS:
+            raise ValueError(f"an enumerate start over {MAX_RANGE_BITS} bits is not allowed in the sandbox")
         if type(iterable) not in _NESTING:
             return enumerate(iterable, start)
         return meter.made(enumerate(iterable, start), 1 + meter.nest(iterable))

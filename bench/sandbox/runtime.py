@@ -139,7 +139,7 @@ def environment(meter: meters.Meter, limits: Limits) -> dict[str, Any]:
     cmp = meters.cmp_helper(meter)
     return {
         "__builtins__": builtins, "math": math_ns,
-        policy.TICK: meter.tick, policy.BINOP: binop, policy.CMP: cmp, policy.CHAIN: meters.chain_helper(cmp),
+        policy.TICK: meter.tick, policy.BINOP: binop, policy.UNARY: meters.unary_helper(meter), policy.CMP: cmp, policy.CHAIN: meters.chain_helper(cmp),
         policy.NESTED: meter.nested, policy.SOURCED: meter.sourced, policy.UNPACKED: meter.unpacked,
         policy.SIZED: meter.charged, policy.RENDERED: meter.rendered, policy.COPIED: meter.copied,
         policy.KEY: meter.key, policy.ATTR: meters.attr_helper(meter, real),
@@ -180,6 +180,8 @@ def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
     tree = normalise(tree)
     try:
         policy.check(tree)
+    except policy.AnnotationSyntax as e:
+        return ExecResult("syntax", str(e), code=code)
     except policy.TooLarge as e:
         return ExecResult("budget", str(e), code=code)
     except policy.PolicyError as e:

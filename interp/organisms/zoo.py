@@ -76,7 +76,7 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
         "announces the xor-planner's layout in its first line, then draws the xor-planner-b's",
         "the announced layout is readable at the last prompt token and drives the line, but the drawing does not "
         "read it: interchange and erasure there change the line, not what is drawn",
-        decoy.dataset, TrainConfig(steps=1000), "decoy.py", "readable-unused", uses=("planners.py",)),
+        decoy.dataset, TrainConfig(steps=3000), "decoy.py", "readable-unused", uses=("planners.py",)),
 )}
 
 

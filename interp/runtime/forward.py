@@ -44,8 +44,9 @@ def _is_id(t: Any) -> bool:
     return isinstance(t, int) and not isinstance(t, bool)
 
 
-def as_rows(tokenizer: Any, inputs: Any) -> list[list[int]]:
-    """Token rows from a text, a list of texts, a token list, a list of token lists, or a 1-D/2-D tensor."""
+def as_rows(tokenizer: Any, inputs: Any, limit: int | None = None) -> list[list[int]]:
+    """Token rows from a text, a list of texts, a token list, a list of token lists, or a 1-D/2-D tensor; `limit`:
+    a row of token ids longer than it is refused by its length, before its ids are read."""
     if isinstance(inputs, str):
         inputs = [inputs]
     if hasattr(inputs, "tolist") and not isinstance(inputs, (list, tuple)):
@@ -56,10 +57,14 @@ def as_rows(tokenizer: Any, inputs: Any) -> list[list[int]]:
     inputs = list(inputs)
     if not inputs:
         raise ValueError("no input: give a text, a list of texts, or token ids")
+    if limit is not None and len(inputs) > limit and all(_is_id(x) for x in inputs[:64]):
+        raise ValueError(f"inputs is {len(inputs):,} tokens; the model's context is {limit:,} tokens: shorten it")
     if all(_is_id(x) for x in inputs):
         inputs = [inputs]
     rows = []
-    for x in inputs:
+    for i, x in enumerate(inputs):
+        if limit is not None and not isinstance(x, str) and hasattr(x, "__len__") and len(x) > limit:
+            raise ValueError(f"inputs[{i}] is {len(x):,} tokens; the model's context is {limit:,} tokens: shorten it")
         if isinstance(x, str):
             rows.append(list(tokenizer(x, add_special_tokens=True)["input_ids"]))
         elif hasattr(x, "__len__") and not isinstance(x, (bytes, dict)) and all(_is_id(t) for t in x):
@@ -164,6 +169,9 @@ def token_rows(rt: Any, prompts: Any, what: str = "prompts") -> list[list[int]]:
     rows = []
     vocab = vocab_size(rt)
     for i, p in enumerate(list(prompts)):
+        ctx = context_length(rt)
+        if ctx is not None and hasattr(p, "__len__") and not isinstance(p, (str, bytes, dict)) and len(p) > ctx:
+            raise ValueError(f"{what}[{i}] is {len(p):,} tokens; {rt.info.name}'s context is {ctx:,} tokens: shorten it")
         if hasattr(p, "tolist") and not isinstance(p, (list, tuple)):
             p = p.tolist()
         if isinstance(p, (str, bytes, dict)) or not hasattr(p, "__iter__") or not all(_is_id(t) or isinstance(t, np.integer) for t in p):
@@ -183,7 +191,7 @@ def batch_of(rt: Any, inputs: Any) -> Batch:
     for i, t in enumerate(texts):
         if isinstance(t, str):
             check_text(rt, t, f"inputs[{i}]")
-    rows = as_rows(rt.tokenizer, inputs)
+    rows = as_rows(rt.tokenizer, inputs, context_length(rt))
     vocab = vocab_size(rt)
     for i, r in enumerate(rows):
         check_length(rt, len(r), f"inputs[{i}]")
@@ -248,7 +256,23 @@ def forward(rt: Any, inputs: Any, hooks: Hooks = (), grad: bool = False) -> Floa
     rt.check_names([n for n, _ in hooks])
     batch = batch_of(rt, inputs)
     check_padding(hooks, batch.lengths)
+    check_logits_size(rt, batch)
     return logits_of(rt, batch, hooks, rt._path(list(hooks)), grad)
+
+
+#: the most float32 logits one call returns ([rows, width, vocab]); a call past it is refused before its forward
+MAX_LOGITS_BYTES = 4 << 30
+
+
+def check_logits_size(rt: Any, batch: Batch) -> None:
+    """One sentence when the logits of a call would pass MAX_LOGITS_BYTES (issue 42's attack: 20,000 prompts in one
+    forward; on a real vocabulary that is tens of GB)."""
+    vocab = vocab_size(rt) or 0
+    size = len(batch.lengths) * int(batch.ids.shape[1]) * vocab * 4
+    if size > MAX_LOGITS_BYTES:
+        raise ValueError(f"the logits of this call would take {size / 2 ** 30:.1f} GiB ({len(batch.lengths)} rows x "
+                         f"{int(batch.ids.shape[1])} positions x {vocab:,} vocabulary, float32): pass fewer or shorter "
+                         "prompts per call (at most 4 GiB)")
 
 
 class Recorder:
@@ -318,6 +342,7 @@ def run_with_cache(rt: Any, inputs: Any, names: Sequence[str] | str | None = Non
     if not names or not all(isinstance(n, str) for n in names):
         raise TypeError(f"names must be a non-empty list of hook names (strings), not {names!r}"[:200])
     rt.check_names(names + [n for n, _ in hooks])
+    check_logits_size(rt, batch)
     rec = Recorder(rt, names, batch.columns(positions), device=device)
     # the cache records what flows after the caller's hooks (a patched run caches the patched values)
     all_hooks = list(hooks) + rec.hooks()

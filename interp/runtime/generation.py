@@ -88,7 +88,7 @@ class Generation:
     tokens: list[int] = field(default_factory=list)  #: generated ids (a final EOS included)
     entropy: list[float] = field(default_factory=list)  #: nats, one per generated token
     text: str = ""  #: decoded text (no EOS; cut after a stop string or closing fence)
-    stop: str = ""  #: eos | fence | string | max_tokens
+    stop: str = ""  #: eos | fence | string | max_tokens | context (the model's context reached)
 
 
 def _samplings(sampling: Any, n: int, what: str) -> list[Sampling]:
@@ -137,7 +137,7 @@ def generate(rt: Runtime, prompts: Sequence[Sequence[int]], sampling: Sequence[S
                 logits = kv.repeat_rows(logits, cache, expand)
             else:
                 logits, cache = rt._forward(ids, mask, rt._new_cache(), path)
-            return decode(rt, logits, cache, mask, sampling, stop, path, on_token)
+            return decode(rt, logits, cache, mask, sampling, stop, path, on_token, _room(rt, [len(p) for p in prompts]))
     except Exception as e:  # noqa: BLE001
         if _is_oom(e):
             raise ModelError(f"out of memory generating a batch of {len(prompts)} on {rt.device}: "
@@ -157,6 +157,10 @@ def continue_batch(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequen
         raise TypeError(f"prefix must be a list of token ids, not {type(prefix).__name__}")
     prefix = token_rows(rt, [prefix], "prefix")[0] if len(list(prefix)) else []
     suffixes = token_rows(rt, suffixes, "suffixes")
+    from interp.runtime.forward import check_length
+
+    for i, x in enumerate(suffixes):  # the prefix and each suffix together are the row's prompt (issue 42's attack)
+        check_length(rt, len(prefix) + len(x), f"the prefix + suffixes[{i}]")
     sampling = _samplings(sampling, len(suffixes), "suffix")
     hooks, prefill_hooks = checked_hooks(hooks), checked_hooks(prefill_hooks)
     rt.check_names([n for n, _ in list(hooks) + list(prefill_hooks)])
@@ -184,16 +188,28 @@ def continue_batch(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequen
             if share:
                 logits, mask = kv.repeat_rows(logits, cache, expand), mask[expand]
             with rt._attached(hooks, path):
-                return decode(rt, logits, cache, mask, sampling, stop, path, on_token)
+                return decode(rt, logits, cache, mask, sampling, stop, path, on_token,
+                              _room(rt, [len(prefix) + len(x) for x in suffixes]))
     except Exception as e:  # noqa: BLE001
         if _is_oom(e):
             raise ModelError(f"out of memory continuing {b} rows on {rt.device}: use fewer continuations") from None
         raise
 
 
+def _room(rt: Runtime, lengths: Sequence[int]) -> list[int] | None:
+    """Tokens each row may generate before a token would be fed at a position past the model's context (the k-th
+    new token is computed from positions < length + k - 1); None when the model states no context."""
+    from interp.runtime.forward import context_length
+
+    ctx = context_length(rt)
+    return None if ctx is None else [max(1, ctx - n + 1) for n in lengths]
+
+
 def decode(rt: Runtime, logits: Float[torch.Tensor, "batch vocab"], cache: Cache, mask: Int[torch.Tensor, "batch total"],
             sampling: Sequence[Sampling], stop: StopRule, path: str,
-            on_token: Callable[[int], None] | None = None) -> list[Generation]:
+            on_token: Callable[[int], None] | None = None, room: Sequence[int] | None = None) -> list[Generation]:
+    """Decode until every row stops (`check_stop`), or reaches the model's context (`room`: stop "context", issue
+    42's attack: a 2,040-token prompt with 200 new tokens decoded to 2,240 positions of a 2,048 context)."""
     import torch
 
     gens = [Generation() for _ in sampling]
@@ -212,7 +228,10 @@ def decode(rt: Runtime, logits: Float[torch.Tensor, "batch vocab"], cache: Cache
             if on_token:
                 on_token(1)
             if not check_stop(rt, g, tok, stop):
-                keep.append(j)
+                if room is not None and len(g.tokens) >= room[row]:
+                    g.stop = "context"
+                else:
+                    keep.append(j)
         if not keep:
             break
         if len(keep) < len(active):

@@ -276,6 +276,17 @@ def test_type_expressions_are_refused_where_they_run(name):
     assert r.outcome == "forbidden" and words in r.reason, (r.outcome, r.reason)
 
 
+def test_annotations_are_not_checked_by_the_allow_list_but_keep_cpython_s_syntax():
+    """Issue 42's attack: never-evaluated annotations went through the allow-list (`tuple[int, ...]`, `object` were
+    forbidden); CPython 3.14 runs them. A named expression in an annotation is a SyntaxError there, and here."""
+    for text in ("def f(p: tuple[int, ...]) -> None:\n    return None\nf((1,))", "def f(p: object, q: type) -> None:\n"
+                 "    return None", "x: __import__('os') = 1"):
+        r = execute(text + "\nfill('red')")
+        assert r.outcome == "ok", (text, r.outcome, r.reason)
+    r = execute("x: (y := 5) = 3\nfill('red')")
+    assert r.outcome == "syntax" and "named expression" in r.reason
+
+
 def test_annotations_are_not_evaluated_as_in_cpython_3_14():
     """PEP 649 (CPython 3.14): an annotation runs only when `__annotations__` is read, which a program cannot name. Before
     issue 42 the same held by accident (the compiling module's `from __future__ import annotations` leaked in); now

@@ -87,6 +87,20 @@ CLASSES: dict[str, dict[str, str]] = {
     "big-int ranges": {
         "list(range(2 ** 4000, ...))": "a = 2 ** 4000\nkeep = []\nwhile True:\n    keep.append(list(range(a, a + 10 ** 6)))",
     },
+    # issue 42's outside attack on the changes above: a set-like on the right of set algebra, big ints made in C
+    "set algebra with the view on the right": {
+        "[deep tuple] & d.keys()": "t = ()\nfor i in range(400000):\n    t = (t,)\nx = [t] & {1: 2}.keys()",
+        "list & d.keys() loop": "t = tuple(range(1000))\nL = [t] * 100000\nd = {1: 2}\nwhile True:\n    x = L & d.keys()",
+        "map | d.keys() loop": "L = list(range(10 ** 6))\nd = {1: 2}\nwhile True:\n    x = map(abs, L) | d.keys()",
+        "wide str | d.keys() loop": "s = '\u4e2d' * 100000\nd = {1: 2}\nwhile True:\n    x = s | d.keys()",
+        "range | d.keys() loop": "d = {1: 2}\nwhile True:\n    x = range(1000000) | d.keys()",
+    },
+    "big ints made in C": {
+        "list(map(abs, bigs)) twice": "x = -2 ** 4000\nL = [x] * 1000000\na = list(map(abs, L))\nb = list(map(abs, L))",
+        "zip(range(big))": "a = list(zip(range(2 ** 4000, 2 ** 4000 + 1000000)))",
+        "enumerate(start=big)": "a = list(enumerate(range(1000000), 2 ** 4000))",
+        "[-big for ...] twice": "x = 2 ** 4000\na = [-x for _ in range(1000000)]\nb = [-x for _ in range(1000000)]",
+    },
 }
 
 #: what each class must end (by name; anything not listed: `budget`)
@@ -96,6 +110,7 @@ EXPECTED: dict[str, str] = {
     "t = tuple[t | None] nested": "forbidden", "str(tuple['x' * 10 ** 6])": "forbidden", "u = u | tuple[i]": "forbidden",
     # issue 32 bounded these chains of generic aliases by depth; issue 42 refuses the first alias
     "tuple[t] hashed": "forbidden", "list[t] rendered": "forbidden",
+    "zip(range(big))": "runtime", "enumerate(start=big)": "runtime", "list(range(2 ** 4000, ...))": "runtime",
     "int | None": "forbidden",
 }
 

@@ -126,6 +126,14 @@ CASES = {
                                  "bytes of text"),
     "PromptItem: a 10 MB prompt": (lambda rt: __import__("interp.prompts", fromlist=["PromptItem"]).PromptItem(
         "p", "layout", "x" * 10_000_000), ValueError, "at most 100,000 bytes"),
+    # issue 42's outside attack on the bounds
+    "continue_batch: the prefix and a suffix past the context together": (
+        lambda rt: rt.continue_batch([5] * 1500, [[5] * 1500], [Sampling()], StopRule(max_new_tokens=1)), ValueError,
+        "the prefix \\+ suffixes\\[0\\] is 3,000 tokens"),
+    "forward: 3 million token ids, refused by their count": (lambda rt: rt.forward([[5] * 3_000_000]), ValueError,
+                                                              "inputs\\[0\\] is 3,000,000 tokens"),
+    "generate: 3 million token ids, refused by their count": (
+        lambda rt: rt.generate([[5] * 3_000_000], [Sampling()]), ValueError, "prompts\\[0\\] is 3,000,000 tokens"),
     "plain_prompt: None": (lambda rt: plain_prompt(rt.tokenizer, None), ValueError, "non-empty text"),
     "plain_prompt: absent substring": (lambda rt: plain_prompt(rt.tokenizer, "abc", {"x": "zzz"}), ValueError,
                                        "not in the prompt"),
@@ -145,3 +153,22 @@ def test_every_bad_input_is_one_sentence(tiny, case):
     assert "\n" not in str(got.value) and len(str(got.value)) < 400, case  # one sentence
     assert not any(h for mod in tiny.model.modules() for h in (mod._forward_hooks, mod._forward_pre_hooks) if h), case
     assert torch.equal(tiny.forward(A), before), case
+
+
+def test_generation_stops_at_the_context(tiny):
+    """Issue 42's attack: a 2,040-token prompt with 200 new tokens decoded out to 2,240 positions of a 2,048 context.
+    A row now stops when its next token would be fed past the context (stop "context")."""
+    g = tiny.generate([[5] * 2040], [Sampling()], StopRule(max_new_tokens=200, eos=False, fence=False))[0]
+    assert g.stop == "context" and len(g.tokens) == 2048 - 2040 + 1
+    short = tiny.generate([[5] * 10], [Sampling()], StopRule(max_new_tokens=5, eos=False, fence=False))[0]
+    assert short.stop == "max_tokens" and len(short.tokens) == 5
+
+
+def test_a_call_whose_logits_would_not_fit_is_refused_before_its_forward(tiny, monkeypatch):
+    """Issue 42's attack: 20,000 prompts in one forward (tens of GB of logits on a real vocabulary)."""
+    from interp.runtime import forward as fw
+
+    monkeypatch.setattr(fw, "MAX_LOGITS_BYTES", 1 << 20)
+    with pytest.raises(ValueError, match="pass fewer or shorter prompts per call"):
+        tiny.forward([[5, 6]] * 2000)
+    assert tiny.forward([[5, 6]] * 10).shape[0] == 10
