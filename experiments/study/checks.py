@@ -171,9 +171,11 @@ def other_release(config: dict[str, Any]) -> str | None:
     from experiments.study.config import versions
 
     made = (rec.get("versions") or {}).get("ambench")
+    if made is None:
+        return None  # `ambench run` always records its versions: a record without them was written by hand
     now = versions().get("ambench")
     if made != now:
-        return f"ambench {made or 'of unknown version'} made it (this is ambench {now})"
+        return f"ambench {made} made it (this is ambench {now})"
     recorded = rec.get("config")
     try:
         again = StudyConfig.from_dict(recorded).as_dict()
@@ -186,8 +188,8 @@ def other_release(config: dict[str, Any]) -> str | None:
 
 
 def refuse_other_release(path: Path, config: dict[str, Any]) -> None:
-    """One sentence (RunError) when the run at `path` was made by another release: it is read by none of this
-    release's commands rather than rewritten in part."""
+    """One sentence (RunError) when the run at `path` was made by another release: no command of this release adds to
+    it or rewrites part of it (`ambench report` only reads a study's files as they are, and rewrites none of them)."""
     from experiments.rundir import RunError
 
     why = other_release(config)

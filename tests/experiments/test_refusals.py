@@ -145,7 +145,6 @@ WALK: list[tuple[str, list[str], str, Callable[[Path], None] | None]] = [
      _earlier_release),
     ("42-attention-on-an-earlier-release", ["attention", "--run", "{run}", "--model", "{model}"],
      "is a study of another release", _earlier_release),
-    ("42-report-on-an-earlier-release", ["report", "{run}"], "is a study of another release", _earlier_release),
     ("42-run-on-an-earlier-release", ["run", "--model", "{model}", "--out", "{run}"], "is a study of another release",
      _earlier_release),
     ("42-generate-prompt-past-the-context", ["generate", "--model", "{model}", "--prompts", "{prompts}", "--task", "layout",
