@@ -134,6 +134,8 @@ CASES = {
                                                               "inputs\\[0\\] is 3,000,000 tokens"),
     "generate: 3 million token ids, refused by their count": (
         lambda rt: rt.generate([[5] * 3_000_000], [Sampling()]), ValueError, "prompts\\[0\\] is 3,000,000 tokens"),
+    "path_scan: a prompt past the context, before the bridge": (
+        lambda rt: rt.path_scan([5] * 3000, [6] * 3000, m, sender=(0, 0)), ValueError, "3,000 tokens"),
     "plain_prompt: None": (lambda rt: plain_prompt(rt.tokenizer, None), ValueError, "non-empty text"),
     "plain_prompt: absent substring": (lambda rt: plain_prompt(rt.tokenizer, "abc", {"x": "zzz"}), ValueError,
                                        "not in the prompt"),
