@@ -307,6 +307,8 @@ class RunDir:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock_fd: int | None = None
+        #: the lock file's content and times before this writer took it (None: it was new or empty): `restore_lock`
+        self._lock_before: tuple[bytes, int, int] | None = None
         self.created = False  #: `writer` made the folder (a refusal removes it again: `discard_if_unused`)
 
     def __str__(self) -> str:
@@ -411,7 +413,7 @@ class RunDir:
         """Put the lock file back as it was before this writer took it (content and times): a command that refuses
         after taking the lock leaves it as it found it (issue 42: a refusal under the lock rewrote .lock with its
         pid and a new mtime). A lock file this writer created stays (the folder's own cleanup removes it)."""
-        before = getattr(self, "_lock_before", None)
+        before = self._lock_before
         if self._lock_fd is None or before is None:
             return
         content, atime, mtime = before

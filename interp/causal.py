@@ -240,6 +240,7 @@ def causal_test(rt: Any, prompts: Sequence[Sequence[int]], labels: Sequence[int]
         res = causal_test(rt, tokens, labels, layouts, layer=3)
         res.to_frame()        # method, matched, n, share, lo, hi (interchange: IIA; erasure: accuracy vs chance)
     """
+    from interp.pair_effects import pair_inference
     from interp.runtime import Sampling, StopRule
 
     labels = np.asarray(labels)
@@ -283,8 +284,6 @@ def causal_test(rt: Any, prompts: Sequence[Sequence[int]], labels: Sequence[int]
                              "drawn": int(drawn[i]), "line": int(said[i]), "expected": int(expect[m][i]),
                              "matched": bool(hit[i]), "kept": bool(kept[i]), "line_matched": bool(line_hit[i])})
         lo, hi = wilson(int(hit.sum()), n, level)
-        from interp.pair_effects import pair_inference
-
         paired = hit.astype(float) - (unpatched[0] == expect[m]).astype(float)
         inf = pair_inference(paired, groups, level, seed=seed)
         row = {"matched": int(hit.sum()), "n": n, "share": float(hit.mean()), "lo": lo, "hi": hi,

@@ -22,7 +22,8 @@ tolerance of 1e-9 of the statistic's scale, so a tie never depends on the last b
 the smallest p is 2 / 2^G (G = 4: 0.125), which the rows state; the p of a site whose every effect is exactly 0
 is 1 (no interval width, nothing to detect: a site before the first token where the prompts differ).
 
-**Several sites.** `q` is the Benjamini-Hochberg adjustment of the sites' p-values, one family per call.
+**Several sites.** `q` is the Benjamini-Hochberg adjustment of the sites' p-values (`interp.probes.benjamini_hochberg`,
+the probe stage's), one family per call.
 """
 
 from __future__ import annotations
@@ -71,19 +72,6 @@ def group_index(groups: Sequence[Any] | None, n: int) -> tuple[np.ndarray, str]:
     except TypeError:
         raise TypeError("groups: labels must be hashable (strings or numbers)") from None
     return idx, "groups"
-
-
-def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
-    """BH-adjusted q-values of a family of p-values (any shape; NaN stays NaN and is not counted)."""
-    flat = np.asarray(p, dtype=float).ravel()
-    q = np.full_like(flat, np.nan)
-    ok = np.flatnonzero(np.isfinite(flat))
-    if ok.size:
-        order = ok[np.argsort(flat[ok], kind="stable")]
-        m = ok.size
-        ranked = flat[order] * m / np.arange(1, m + 1)
-        q[order] = np.minimum(1.0, np.minimum.accumulate(ranked[::-1])[::-1])
-    return q.reshape(np.shape(p))
 
 
 def _signs(G: int, n_flips: int, seed: int) -> tuple[np.ndarray, bool]:
@@ -147,11 +135,14 @@ def pair_inference(effects: np.ndarray, groups: Sequence[Any] | None = None, lev
     p = np.where(np.abs(totals).sum(0) == 0, 1.0, p)
     min_p = 2.0 / 2 ** G if exact else 1.0 / (1 + len(signs))
     flips = f"exact ({2 ** G} sign vectors)" if exact else f"{len(signs)} random sign vectors, seed {seed}"
-    out = PairInference(mean, lo, hi, p, benjamini_hochberg(p), n, G, grouping, flips, min_p, level, seed)
+    from interp.probes import benjamini_hochberg
+
+    q = np.asarray(benjamini_hochberg(list(p)), dtype=float)
+    out = PairInference(mean, lo, hi, p, q, n, G, grouping, flips, min_p, level, seed)
     if one:
         for k in ("mean", "lo", "hi", "p", "q"):
             setattr(out, k, getattr(out, k)[0])
     return out
 
 
-__all__ = ["PairInference", "benjamini_hochberg", "group_index", "pair_inference"]
+__all__ = ["PairInference", "group_index", "pair_inference"]

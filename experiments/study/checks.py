@@ -148,16 +148,12 @@ def check_lengths(model: str, work: list[tuple[Any, list[Any]]], trust_remote_co
 
 
 def _context(folder: Path) -> int | None:
+    from interp.runtime.forward import context_of
+
     try:
-        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        return context_of(json.loads((folder / "config.json").read_text(encoding="utf-8")))
     except (OSError, ValueError):
         return None
-    for c in (cfg, cfg.get("text_config") or {}):
-        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
-            v = c.get(key) if isinstance(c, dict) else None
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-                return v
-    return None
 
 
 def other_release(config: dict[str, Any]) -> str | None:

@@ -123,10 +123,17 @@ BYTES_PER_TOKEN = 64
 
 def context_length(rt: Any) -> int | None:
     """The model's context in tokens (its config's max_position_embeddings or equivalent), None when it states none."""
-    cfg = getattr(rt.model, "config", None)
-    for c in (cfg, getattr(cfg, "text_config", None)):
+    return context_of(getattr(rt.model, "config", None))
+
+
+def context_of(cfg: Any) -> int | None:
+    """The context a model config states (a transformers config, or its config.json as a dict), None when none."""
+    def get(c: Any, key: str) -> Any:
+        return c.get(key) if isinstance(c, dict) else getattr(c, key, None)
+
+    for c in (cfg, get(cfg, "text_config") if cfg is not None else None):
         for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
-            v = getattr(c, key, None) if c is not None else None
+            v = get(c, key) if c is not None else None
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
                 return v
     return None
@@ -149,6 +156,20 @@ def check_text(rt: Any, text: str, what: str) -> None:
                          f"most {cap:,} bytes are tokenised: shorten it")
 
 
+def bounded_rows(rt: Any, given: Any, what: str) -> list[list[int]]:
+    """`given` (a text, texts, token ids or lists of them) as token rows, each checked against the model's context
+    before anything else is built: texts by their bytes before the tokenizer, rows by their length before their ids
+    are read (the patching scans' prompt check, issue 42)."""
+    items = [given] if isinstance(given, str) else (given if isinstance(given, (list, tuple)) else [])
+    for i, t in enumerate(items):
+        if isinstance(t, str):
+            check_text(rt, t, f"{what}[{i}]")
+    rows = as_rows(rt.tokenizer, given, context_length(rt))
+    for i, r in enumerate(rows):
+        check_length(rt, len(r), f"{what}[{i}]")
+    return rows
+
+
 def vocab_size(rt: Any) -> int | None:
     """Rows of the model's input embedding (the token ids it can read), None when it cannot be told."""
     try:
@@ -167,9 +188,8 @@ def token_rows(rt: Any, prompts: Any, what: str = "prompts") -> list[list[int]]:
     if prompts is None or isinstance(prompts, (bytes, dict)) or not hasattr(prompts, "__iter__"):
         raise TypeError(f"{what} must be a list of token-id lists, not {type(prompts).__name__}")
     rows = []
-    vocab = vocab_size(rt)
+    vocab, ctx = vocab_size(rt), context_length(rt)
     for i, p in enumerate(list(prompts)):
-        ctx = context_length(rt)
         if ctx is not None and hasattr(p, "__len__") and not isinstance(p, (str, bytes, dict)) and len(p) > ctx:
             raise ValueError(f"{what}[{i}] is {len(p):,} tokens; {rt.info.name}'s context is {ctx:,} tokens: shorten it")
         if hasattr(p, "tolist") and not isinstance(p, (list, tuple)):

@@ -199,18 +199,12 @@ def _pairs(rt: Any, corrupt: Any, clean: Any, metric: Any, names: Sequence[str],
            groups: Any) -> tuple[list[_PairSpec], list[int]] | None:
     """The N pairs of a many-pair call (with the position labels), or None for a one-pair call. Every argument is
     checked here, before any forward."""
-    from interp.runtime.forward import as_rows, check_length, check_text
+    from interp.runtime.forward import bounded_rows
 
-    for what, given in (("corrupt", corrupt), ("clean", clean)):
-        for i, t in enumerate([given] if isinstance(given, str) else (given if isinstance(given, (list, tuple)) else [])):
-            if isinstance(t, str):
-                check_text(rt, t, f"{what}[{i}]")
-    rows = as_rows(rt.tokenizer, corrupt)
-    for i, r in enumerate(rows):
-        check_length(rt, len(r), f"corrupt[{i}]")
+    rows = bounded_rows(rt, corrupt, "corrupt")
     cached = isinstance(clean, (list, tuple)) and len(clean) > 0 and all(isinstance(c, dict) for c in clean)
-    if len(rows) == 1 and not (cached and len(clean) > 1) and not (isinstance(clean, (list, tuple)) and not cached
-                                                                    and len(as_rows(rt.tokenizer, clean)) > 1):
+    clean_rows = None if cached or isinstance(clean, dict) else bounded_rows(rt, clean, "clean")
+    if len(rows) == 1 and not (cached and len(clean) > 1) and not (clean_rows is not None and len(clean_rows) > 1):
         return None
     n = len(rows)
     if cached:
@@ -218,7 +212,7 @@ def _pairs(rt: Any, corrupt: Any, clean: Any, metric: Any, names: Sequence[str],
     elif isinstance(clean, dict):
         raise ValueError(f"{n} corrupt prompts need {n} clean ones (or a list of {n} caches), not one cache")
     else:
-        cleans = as_rows(rt.tokenizer, clean)
+        cleans = clean_rows
     if len(cleans) != n:
         raise ValueError(f"clean and corrupt must pair up: {n} corrupt prompts and {len(cleans)} clean ones")
     for i, (c, k) in enumerate(zip(rows, cleans)):
@@ -617,9 +611,10 @@ def patch_scan(rt: Any, corrupt: Any, clean: Any, metric: Metric | Sequence[Metr
     if pairs is None:
         if groups is not None:
             raise ValueError("groups= labels the pairs of a many-pair scan; one pair has no groups")
-        from interp.runtime.forward import as_rows
+        if reads is not None:  # before the clean run's forward
+            from interp.runtime.forward import as_rows
 
-        _reads(reads, len(as_rows(rt.tokenizer, corrupt)[0]))  # before the clean run's forward
+            _reads(reads, len(as_rows(rt.tokenizer, corrupt)[0]))
         cb, cache, clean_logits = _pair(rt, corrupt, clean, names)
         n_tok = cb.lengths[0]
         _check_cached(cache, names, n_tok)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from interp.runtime.forward import batch_of
+from interp.runtime.forward import batch_of, bounded_rows
 from interp.runtime.patching import PairScan, Scan, _many, _one_metric, _pairs, _reads, _values
 
 if TYPE_CHECKING:
@@ -129,19 +129,6 @@ def _path_one(rt: Any, corrupt: list[int], clean: list[int], metric: Any, layer:
     return out, baseline, clean_value
 
 
-def _bounded(rt: Any, corrupt: Any, clean: Any) -> None:
-    """The prompts against the model's context (texts by their bytes first), before anything is built."""
-    from interp.runtime.forward import as_rows, check_length, check_text, context_length
-
-    for what, given in (("corrupt", corrupt), ("clean", clean)):
-        items = [given] if isinstance(given, str) else (given if isinstance(given, (list, tuple)) else [])
-        for i, t in enumerate(items):
-            if isinstance(t, str):
-                check_text(rt, t, f"{what}[{i}]")
-        for i, r in enumerate(as_rows(rt.tokenizer, given, context_length(rt))):
-            check_length(rt, len(r), f"{what}[{i}]")
-
-
 class _nothing:
     def __enter__(self) -> None:
         return None
@@ -168,7 +155,8 @@ def path_scan(rt: Any, corrupt: Any, clean: Any, metric: Any, sender: tuple[int,
     Returns a `Scan` whose `names` are the receivers' hook names, `layers` their layers, `positions` the one
     label "every" (the write is added at every position) and `heads` the receiving heads (None for "resid").
     """
-    _bounded(rt, corrupt, clean)  # before the bridge boots (issue 42's attack: 0.9 s and 80 MB before the refusal)
+    bounded_rows(rt, corrupt, "corrupt")  # before the bridge boots (issue 42's attack: 0.9 s and 80 MB before the refusal)
+    bounded_rows(rt, clean, "clean")
     layer, head = _check(rt, sender, receivers, batch_size)
     names, layer_of, hs = _sites(rt, layer, receivers)
     pairs = _pairs(rt, corrupt, clean, metric, names, [-1], groups)
