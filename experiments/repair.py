@@ -25,7 +25,7 @@ from experiments.rundir import AttemptKey, RunDir, lenient_rows, need_run
 #: every JSONL file of a run
 JSONL = (RunDir.GENERATIONS, RunDir.PROMPTS, RunDir.TRANSLATION_SCORES, RunDir.JUDGE_SCORES, RunDir.JUDGE_CACHE, RunDir.PROBES,
          RunDir.SELECTIVITY, RunDir.ATTENTION, RunDir.CUTS, RunDir.INTERVENTIONS, RunDir.PATCHING, RunDir.STEERING,
-         RunDir.CONSISTENCY, RunDir.TRAJECTORY)
+         RunDir.CONSISTENCY, RunDir.TRAJECTORY, RunDir.CAUSAL)
 #: the files whose rows are made from one attempt (its whole key in the row)
 DERIVED = (RunDir.CUTS, RunDir.INTERVENTIONS, RunDir.PATCHING, RunDir.ATTENTION, RunDir.TRANSLATION_SCORES, RunDir.JUDGE_SCORES)
 _KEY = ("model", "task", "protocol", "prompt_id", "sample")

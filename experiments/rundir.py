@@ -293,6 +293,7 @@ class RunDir:
     PATCHING = "patching.jsonl"
     INTERVENTIONS_TABLE = "interventions_table.json"
     STEERING = "steering.jsonl"
+    CAUSAL = "causal.jsonl"  #: readable or used: the causal test at the layout probe's best site (issue 41)
     CONSISTENCY = "consistency.jsonl"
     TRAJECTORY = "trajectory.jsonl"
     TRAJECTORY_PLOTS = "trajectory"

@@ -37,8 +37,9 @@ KINDS = {
     "fixed-plan": "the next statement ignores the geometry already drawn: moved arms continue as null-asis; patching "
                   "moves nothing",
     "readable-unused": "a plan readable at the last prompt token that the drawing does not read: interchange and "
-                       "erasure there change the announced line, not the drawing (interp.causal; no stage of the study "
-                       "runs them yet)",
+                       "erasure there change the announced line, not the drawing (interp.causal.causal_test and "
+                       "causal_site with the announced layout as the target, tests/interp/test_causal.py; the study's "
+                       "probe reads the drawn layout, which this organism does not hold there)",
 }
 
 
@@ -161,7 +162,7 @@ def _hidden_plan(ctx: "_Run", m: str) -> list[dict[str, Any]]:
         out.append(_row(name, "specific component (own - shared) at `last`", "decodable: R^2 > 0 with CI excluding 0",
                         f"R^2 {s['r2']:.3f} CI {_fmt_ci(s['ci'])}", None if _lo(s["ci"]) is None else _lo(s["ci"]) > 0,
                         {"r2": s["r2"], "ci": s["ci"]}))
-    return out
+    return out + _causal(ctx, m, True)
 
 
 def _no_plan(ctx: "_Run", m: str) -> list[dict[str, Any]]:
@@ -173,7 +174,7 @@ def _no_plan(ctx: "_Run", m: str) -> list[dict[str, Any]]:
     q = d.get("q_bh")
     # a missing q (no permutations: --n-perm 0) is no test, so it cannot pass as "not significant"
     return [_row(name, "Delta R^2 (own, `last`)", "nothing beyond chance: q >= 0.05", measured,
-                 None if q is None else q >= 0.05, vals)]
+                 None if q is None else q >= 0.05, vals)] + _causal(ctx, m, False)
 
 
 def _arms(ctx: "_Run", m: str) -> dict[str, dict[str, Any]]:
@@ -232,11 +233,31 @@ def _fixed_plan(ctx: "_Run", m: str) -> list[dict[str, Any]]:
                  ok, vals)] + _patching(ctx, m, False, by)
 
 
+def _causal(ctx: "_Run", m: str, expect_used: bool) -> list[dict[str, Any]]:
+    """The causal stage's row (experiments/stages/causal.py): a hidden plan the drawing follows must come out "used";
+    a model with nothing to use must not (not readable, or readable and not shown to be used)."""
+    from experiments.stages.causal import verdict
+
+    method = "causal test at the best layout-probe site (interchange along the concept)"
+    expected = "used (interchange p <= 0.05, interval above 0)" if expect_used else "not used (not readable, or not shown)"
+    row = next((r for r in ctx.causal if r.get("model") == m and r.get("task") == "layout"), None)
+    if row is None:
+        return [_row(_short(m), method, expected, "not computed: the causal stage did not run", None, {})]
+    outcome = row.get("outcome")
+    ok = None if outcome == "no-test" else (outcome == "used") == expect_used
+    ic = (row.get("methods") or {}).get("interchange") or {}
+    return [_row(_short(m), method, expected, verdict(row), ok,
+                 {"outcome": outcome, "site": row.get("site"), **{k: ic.get(k) for k in ("effect", "effect_lo",
+                                                                                          "effect_hi", "p", "n")}})]
+
+
 def _readable_unused(ctx: "_Run", m: str) -> list[dict[str, Any]]:
-    """The causal test is a call from Python (`interp.causal.causal_test`), not a stage of the study yet: a run says so
-    rather than borrowing another test's words (tests/interp/test_causal.py checks the known answer)."""
+    """The decoy's announced layout is readable at the last token; what it draws is not (the drawing computes its own
+    plan later): the study's probe reads the drawn layout, so the study cannot test this known answer, and a run says
+    so rather than borrowing another test's words (tests/interp/test_causal.py checks it with the announced layout)."""
     return [_row(_short(m), "interchange and erasure at `last`", "the drawing unchanged, the line moved",
-                 "not computed: no stage of the study runs the causal test yet (interp.causal.causal_test does)", None, {})]
+                 "not computed by the study: its probe reads the drawn layout, not the announced one "
+                 "(interp.causal.causal_site with the announced layout as the target does, in the tests)", None, {})]
 
 
 RULES: dict[str, Callable[["_Run", str], list[dict[str, Any]]]] = {
@@ -252,6 +273,7 @@ class _Run:
         self.probes = rd.rows(RunDir.PROBES)
         self.scores = rd.rows(RunDir.TRANSLATION_SCORES)
         self.table = rd.json(RunDir.INTERVENTIONS_TABLE) or {}
+        self.causal = rd.rows(RunDir.CAUSAL)
         models = sorted({r["model"] for r in rd.rows(RunDir.GENERATIONS)})
         self.declared = {m: (declarations or {}).get(m) or declared(m, run) for m in models}
 

@@ -307,5 +307,247 @@ def causal_test(rt: Any, prompts: Sequence[Sequence[int]], labels: Sequence[int]
     return res
 
 
-__all__ = ["BASES", "CausalResult", "Eraser", "causal_test", "pattern", "drawn_layout", "erase_hook", "interchange_hook", "leace", "readout", "subspace",
+
+
+# --------------------------------------------------------------------------- the test at a probe's site (the study's stage)
+
+#: the outcomes of a causal test at a probe's site (`causal_outcome`); the words are the stage's (experiments.stages.causal)
+OUTCOMES = ("used", "readable-not-shown", "not-readable", "no-test")
+#: cells of two occupancies closer than this count as equal (a drawing "kept"): occupancies are multiples of 1/16
+SAME = 1e-9
+
+
+def concept(targets: np.ndarray, rank: int) -> np.ndarray:
+    """The concept an intervention moves: the targets' (e.g. occupancy, [n, k]) first `rank` principal components'
+    scores [n, r] (r <= rank; components with no variance dropped). Moving a few components instead of every output
+    keeps the subspace well below the prompts' own span (an n-prompt design spans n - 1 directions, so erasing the
+    covariance with all k outputs could erase every way the prompts differ)."""
+    y = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)
+    yc = y - y.mean(0)
+    _, s, vt = np.linalg.svd(yc, full_matrices=False)
+    keep = int(min(rank, int((s > 1e-9 * (s[0] if s.size else 0)).sum())))
+    if keep == 0:
+        raise ValueError("the targets do not vary over these prompts: there is no concept to move")
+    return yc @ vt[:keep].T
+
+
+def _distance(a: np.ndarray | None, b: np.ndarray | None) -> float:
+    """Mean absolute difference per cell of two occupancies (0: the same drawing, 1: opposite everywhere); NaN when
+    either drew nothing the sandbox accepts."""
+    if a is None or b is None:
+        return float("nan")
+    return float(np.abs(np.asarray(a) - np.asarray(b)).mean())
+
+
+def pool_drawer(blocks: int | None = None) -> Callable[[Sequence[str]], list[np.ndarray | None]]:
+    """A `draw` for `causal_site`: every text through the sandbox's process pool (model output is hostile), each
+    valid drawing's occupancy (flattened), None for one the sandbox did not accept."""
+    from bench.sandbox.pool import SandboxPool
+    from interp.probes import occupancy
+
+    def draw(texts: Sequence[str]) -> list[np.ndarray | None]:
+        with SandboxPool() as pool:
+            res = pool.run(list(texts))
+        return [occupancy(r.pixels, r.background, **({"blocks": blocks} if blocks else {})).ravel()
+                if r.outcome == "ok" and r.pixels is not None else None for r in res]
+
+    return draw
+
+
+def _source_pairs(drawn: list[np.ndarray | None], rng: np.random.Generator) -> list[tuple[int, int] | None]:
+    """For each prompt an ordered pair (source, decoy) of two *other* prompts with valid, different unpatched
+    drawings, drawn at random (so the two are exchangeable: which one is the source is a coin flip); None when no such
+    pair exists."""
+    n = len(drawn)
+    valid = [i for i in range(n) if drawn[i] is not None]
+    out: list[tuple[int, int] | None] = []
+    for i in range(n):
+        others = [j for j in valid if j != i]
+        pick = None
+        if len(others) >= 2:
+            for _ in range(200):
+                j, k = rng.choice(others, size=2, replace=False)
+                if _distance(drawn[j], drawn[k]) > SAME:
+                    pick = (int(j), int(k))
+                    break
+        out.append(pick)
+    return out
+
+
+def causal_site(rt: Any, prompts: Sequence[Sequence[int]], targets: np.ndarray, layer: int, *, rank: int = 3,
+                methods: Sequence[str] = ("interchange", "erasure"), seed: int = 0, groups: Sequence[Any] | None = None,
+                level: float = 0.95, sampling: Sequence[Any] | None = None, stop: Any = None,
+                openers: Sequence[str] | None = None,
+                draw: Callable[[Sequence[str]], list[np.ndarray | None]] | None = None) -> CausalResult:
+    """Is the layout a probe reads at (layer, last prompt token) used by what the model then draws? Interchange and
+    erasure along the targets' concept subspace, each against a control, on continuous targets (the stage's test).
+
+    **Interchange (the test).** Each base prompt i gets two other prompts with different unpatched drawings, a
+    source j and a decoy k, drawn at random; the component of i's activation in the concept's subspace (`pattern`
+    of the targets' first `rank` principal components) is replaced by j's, and i's new drawing o_i' is compared with
+    its unpatched one o_i: effect_i = [d(o_i', o_k) - d(o_i', o_j)] - [d(o_i, o_k) - d(o_i, o_j)] (d: mean absolute
+    difference per occupancy cell), how much nearer the source than the decoy the drawing moved; exactly 0 when the
+    drawing did not change. Positive: the drawing moved towards the prompt whose activation was put in, not towards
+    an unrelated one. Under "the drawing does not read that subspace" j and k are exchangeable (which is the source
+    is a coin flip), so effect_i is symmetric about 0 whatever the intervention does to the drawing otherwise (a
+    generic disruption moves o_i' as far towards j as towards k): the sign-flip p and the grouped interval of
+    `pair_inference` are valid without a model of the disruption. This is the continuous form of the interchange
+    intervention accuracy (Geiger et al.).
+    **Erasure (reported beside it).** LEACE of the concept at the site, against LEACE of the same number of
+    directions fitted to the targets shuffled over prompts (a seeded permutation): effect_i = d(erased_i, o_i) -
+    d(control_i, o_i), how much further the drawing moved from the unpatched one than under an erasure of the same
+    size that reads nothing. The two erasures differ in where they cut, not only in what, so this comparison is
+    descriptive (no calibration is claimed for it); the verdict reads the interchange.
+
+    Args:
+        rt: the runtime.
+        prompts: token-id lists as the model sees them (at least 4).
+        targets: what the probe decodes per prompt, [n, k] (e.g. the consensus occupancy the probe stage fits).
+        layer: the site's layer, 0..n_layers (the hook `blocks.{layer}.hook_resid_pre`; n_layers: the last block's
+            output), at each prompt's last token.
+        rank: principal components of the targets that form the concept (1 or more; fewer when they vary less).
+        methods: "interchange" and/or "erasure".
+        seed: draws the (source, decoy) pairs, the erasure control's permutation; recorded in every row.
+        groups: each prompt's template or family (the interval and the flips follow them; None: prompts independent).
+        level: the intervals' level.
+        sampling: one `Sampling` per prompt, used by every arm (common random numbers); None: greedy.
+        stop: the `StopRule` of every drawing (None: the runtime's default).
+        openers: per prompt, the code fence the prompt ends with (prepended to the answer before it is run).
+        draw: texts -> flattened occupancies (None: drew nothing valid); default `pool_drawer()` (the sandbox's pool).
+
+    Example::
+
+        res = causal_site(rt, tokens, occupancy_targets, layer=3, groups=templates)
+        res.to_frame()[["method", "effect", "effect_lo", "effect_hi", "p", "n"]]
+    """
+    from interp.pair_effects import pair_inference
+    from interp.runtime import Sampling, StopRule
+
+    n = len(prompts)
+    y = np.asarray(targets, dtype=np.float64).reshape(n, -1) if len(targets) == n else None
+    if y is None:
+        raise ValueError(f"targets: one row per prompt ({n} prompts), got {len(targets)}")
+    if n < 4:
+        raise ValueError(f"at least 4 prompts are needed (a base, a source, a decoy and one more), got {n}")
+    if not np.isfinite(y).all():
+        raise ValueError("targets hold NaN or inf")
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
+        raise ValueError(f"rank must be an integer >= 1, not {rank!r}")
+    bad = [m for m in methods if m not in ("interchange", "erasure")]
+    if bad or not methods:
+        raise ValueError(f"methods: 'interchange' and/or 'erasure', not {list(methods)!r}")
+    if not 0 <= layer <= rt.info.n_layers:
+        raise ValueError(f"layer must lie in 0..{rt.info.n_layers} (n_layers: the last block's output), not {layer}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), not {level}")
+    if sampling is not None and len(sampling) != n:
+        raise ValueError(f"sampling: one Sampling per prompt ({n}), got {len(sampling)}")
+    if openers is not None and len(openers) != n:
+        raise ValueError(f"openers: one per prompt ({n}), got {len(openers)}")
+    if groups is not None and len(groups) != n:
+        raise ValueError(f"groups: one label per prompt ({n}), got {len(groups)}")
+    z = concept(y, rank)
+    draw = draw or pool_drawer()
+    sampling = list(sampling) if sampling is not None else [Sampling()] * n
+    stop = stop or StopRule()
+    openers = list(openers) if openers is not None else [""] * n
+    name = rt.hook_names([layer])[0]
+    toks = [list(p) for p in prompts]
+    acts = rt.capture(toks, [[len(p) - 1] for p in toks], [layer])[:, 0, 0].double().numpy()
+    rng = np.random.default_rng(seed)
+
+    def drawings(hooks: list[Any]) -> list[np.ndarray | None]:
+        gens = rt.generate(toks, sampling, stop, hooks=hooks)
+        return draw([o + g.text for o, g in zip(openers, gens)])
+
+    none = drawings([])
+    res = CausalResult(layer, n)
+    base = {"seed": seed, "rank": int(z.shape[1]), "level": level}
+    if "interchange" in methods:
+        pairs = _source_pairs(none, rng)
+        src = np.array([p[0] if p else i for i, p in enumerate(pairs)])
+        basis = pattern(acts, z)
+        moved = drawings([(name, interchange_hook(basis, acts[src]))])
+        eff, keep = [], []
+        for i, p in enumerate(pairs):
+            # towards the source minus towards the decoy, each measured from the unpatched drawing: exactly 0 for a
+            # drawing the interchange left as it was (a plain d(o', decoy) - d(o', source) would add the pair draw's
+            # own noise to an unchanged drawing)
+            e = float("nan") if p is None else (
+                (_distance(moved[i], none[p[1]]) - _distance(moved[i], none[p[0]]))
+                - (_distance(none[i], none[p[1]]) - _distance(none[i], none[p[0]])))
+            res.rows.append({"method": "interchange", "prompt": i, "source": p[0] if p else None,
+                             "decoy": p[1] if p else None, "effect": None if np.isnan(e) else e,
+                             "drew": moved[i] is not None, "kept": bool(moved[i] is not None and none[i] is not None
+                                                                         and _distance(moved[i], none[i]) <= SAME)})
+            if not np.isnan(e):
+                eff.append(e)
+                keep.append(i)
+        res.summary["interchange"] = {**base, **_effect_summary(eff, keep, groups, level, seed, pair_inference),
+                                      "excluded": n - len(keep), "subspace_rank": int(basis.shape[1]),
+                                      "kept": _share([r["kept"] for r in res.rows if r["method"] == "interchange"]),
+                                      "procedure": "interchange along the concept's subspace: drawing nearer the source "
+                                                   "than a decoy prompt, sign flips"}
+    if "erasure" in methods:
+        perm = rng.permutation(n)
+        eraser, control = leace(acts, z), leace(acts, z[perm])
+        erased = drawings([(name, erase_hook(eraser))])
+        ctl = drawings([(name, erase_hook(control))])
+        eff, keep = [], []
+        for i in range(n):
+            e = _distance(erased[i], none[i]) - _distance(ctl[i], none[i])
+            res.rows.append({"method": "erasure", "prompt": i, "effect": None if np.isnan(e) else e,
+                             "kept": bool(erased[i] is not None and none[i] is not None
+                                          and _distance(erased[i], none[i]) <= SAME),
+                             "control_kept": bool(ctl[i] is not None and none[i] is not None
+                                                  and _distance(ctl[i], none[i]) <= SAME)})
+            if not np.isnan(e):
+                eff.append(e)
+                keep.append(i)
+        er = [r for r in res.rows if r["method"] == "erasure"]
+        res.summary["erasure"] = {**base, **_effect_summary(eff, keep, groups, level, seed, pair_inference),
+                                  "excluded": n - len(keep), "erased_rank": eraser.rank, "control_rank": control.rank,
+                                  "kept": _share([r["kept"] for r in er]), "control_kept": _share([r["control_kept"] for r in er]),
+                                  "procedure": "LEACE of the concept against LEACE of shuffled targets: how much further "
+                                               "the drawing moved (descriptive)"}
+    return res
+
+
+def _share(flags: list[bool]) -> float | None:
+    return float(np.mean(flags)) if flags else None
+
+
+def _effect_summary(eff: list[float], keep: list[int], groups: Sequence[Any] | None, level: float, seed: int,
+                    inference: Callable[..., Any]) -> dict[str, Any]:
+    """Mean effect, grouped interval and sign-flip p over the prompts that have an effect (None when too few)."""
+    if len(eff) < 2:
+        return {"n": len(eff), "effect": None, "effect_lo": None, "effect_hi": None, "p": None, "n_groups": None,
+                "min_p": None}
+    g = None if groups is None else [groups[i] for i in keep]
+    inf = inference(np.asarray(eff), g, level, seed=seed)
+
+    def num(v: Any) -> float | None:
+        v = float(np.asarray(v).ravel()[0])
+        return v if np.isfinite(v) else None
+
+    return {"n": len(eff), "effect": num(inf.mean), "effect_lo": num(inf.lo), "effect_hi": num(inf.hi),
+            "p": num(inf.p), "n_groups": inf.n_groups, "min_p": float(inf.min_p)}
+
+
+def causal_outcome(readable: bool | None, interchange: dict[str, Any] | None, alpha: float = 0.05) -> str:
+    """The verdict rule (one of OUTCOMES): "not-readable" when the probe at the site does not decode the target (its
+    interval does not exclude 0; nothing to move); "used" when the interchange's effect has p <= alpha and its
+    interval lies above 0; "readable-not-shown" when readable and not that; "no-test" when readability or the
+    interchange's statistic is missing."""
+    if readable is None:
+        return "no-test"
+    if not readable:
+        return "not-readable"
+    if not interchange or interchange.get("p") is None or interchange.get("effect_lo") is None:
+        return "no-test"
+    return "used" if interchange["p"] <= alpha and interchange["effect_lo"] > 0 else "readable-not-shown"
+
+
+__all__ = ["BASES", "OUTCOMES", "CausalResult", "Eraser", "causal_outcome", "causal_site", "causal_test", "concept",
+           "drawn_layout", "erase_hook", "interchange_hook", "leace", "pattern", "pool_drawer", "readout", "subspace",
            "wilson"]

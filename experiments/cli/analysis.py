@@ -345,6 +345,55 @@ def steer(
 
 
 @app.command()
+def causal(
+    run: RunOpt,
+    model: ModelOpt = "smollm2-135m-instruct",
+    when: str = typer.Option("readable", "--when", help="readable: intervene only where the probe decodes the layout; "
+                             "always: intervene anyway (the verdict still says whether it was readable)."),
+    max_prompts: int = typer.Option(64, "--max-prompts", min=4, help="Prompts with a target drawn on (a seeded subset "
+                                    "when there are more)."),
+    seed: SeedOpt = 0,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    trust_remote_code: TrustOpt = False,
+    device_map: DeviceMapOpt = None,
+    quantize: QuantizeOpt = None,
+) -> None:
+    """Readable or used: interchange and erasure at the layout probe's best site, measured on what the model draws.
+
+    Example: ambench causal --run runs/quick/study --model smollm2-135m-instruct --when always
+    """
+    from dataclasses import replace
+
+    from experiments.stages.causal import causal_stage, site_of, verdict
+    from experiments.study.config import StudyConfig
+
+    if when not in ("readable", "always"):
+        fail(f"--when {when!r}: readable or always")
+    check_device(device, dtype, quantize, device_map)
+    check_model(model)
+    from experiments.rundir import RunDir
+
+    rd0 = check_run(run, RunDir.PROBES)
+    study = (rd0.config().get("stages", {}).get("study") or {}).get("config")
+    try:
+        base = StudyConfig.from_dict(study).causal_settings() if study else None
+        from experiments.stages.causal import CausalSettings
+
+        s = replace(base or CausalSettings(), when=when, max_prompts=max_prompts, seed=seed)
+    except (ValueError, TypeError) as e:
+        fail(str(e))
+    site = site_of(rd0.rows(RunDir.PROBES), model, s)
+    if site is None:
+        fail(f"{run} has no layout probe rows of {model} at `last`: run `ambench probe --run {run}` first")
+    with run_writer(run, "ambench causal") as rd:
+        rt = (runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
+              if site["readable"] or when == "always" else None)
+        row = causal_stage(rt, rd, model, s, say=lambda m: typer.echo(m, err=True))
+    typer.echo(f"{model}: {verdict(row)}")
+
+
+@app.command()
 def trajectory(
     run: RunOpt,
     model: ModelOpt = "smollm2-135m-instruct",

@@ -58,6 +58,9 @@ def run_cmd(
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Model name the judge endpoint serves."),
     trajectory: Optional[bool] = typer.Option(None, "--trajectory/--no-trajectory", help="Probe the drawn and the final "
                                               "canvas at every statement boundary (default: on in the paper preset)."),
+    causal: Optional[str] = typer.Option(None, "--causal", help="Readable or used: interchange and erasure at each "
+                                         "model's best layout-probe site, measured on the drawing: readable (default: "
+                                         "where the probe decodes the layout), always, or off."),
     dino_folder: Optional[str] = typer.Option(None, "--dino-folder", help="Local DINO ViT folder (e.g. dino-vits8, "
                                               "never downloaded); the concept-consistency stage runs when given."),
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only this shard's work units (for batch schedulers)."),
@@ -82,7 +85,7 @@ def run_cmd(
         overrides = dict(seed=seed, max_new_tokens=max_new_tokens, batch_size=batch_size, samples=samples, translation_samples=translation_samples,
                          continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
                          patch_cuts=patch_cuts, device=device, dtype=dtype, models=models or None, n_perm=n_perm,
-                         n_perm_layers=n_perm_layers)
+                         n_perm_layers=n_perm_layers, causal=causal)
         if files or references or translation_prompts is not None or layout_per_subcategory is not None:
             fail(f"preset {preset} names its own prompt files per part; drop --prompts, --references and the prompt counts")
         with boundary():
@@ -104,7 +107,7 @@ def run_cmd(
                                     continuations=continuations, intervene_cuts=intervene_cuts, intervene_tokens=intervene_tokens,
                                     patch_cuts=patch_cuts, n_perm=n_perm, n_perm_layers=n_perm_layers,
                                     device=device, dtype=dtype, judge_url=judge_url, judge_model=judge_model,
-                                    dino_folder=dino_folder, trajectory=trajectory,
+                                    dino_folder=dino_folder, trajectory=trajectory, causal=causal,
                                     trust_remote_code=trust_remote_code or None, device_map=device_map, quantize=quantize,
                                     prompt_files=files, references=str(references) if references else None)
         sh = parse_shard(shard) if shard else None

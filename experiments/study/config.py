@@ -95,6 +95,10 @@ class StudyConfig:
     #: the attention focus of drawing statements on the prompt's spatial words, per valid layout attempt
     attention: bool = False
     trajectory: bool = False  #: probe the drawn and the final canvas at every statement boundary (plan or state)
+    #: readable or used (issue 41): interchange and erasure at the layout probe's best site, measured on the drawing;
+    #: "readable" runs them where the probe decodes the layout, "always" everywhere, "off" never
+    causal: str = "readable"
+    causal_prompts: int = 64  #: prompts the causal test draws (a seeded subset when there are more)
     dino_folder: str | None = None  #: a local DINO ViT folder; the concept-consistency stage runs when given
     prompt_files: tuple[str, ...] = ()  #: prompt-set files (`interp.prompts.load_prompts` JSONL, each line with its task
     #: label); when given they replace the built-in prompt sets and the study runs on exactly their items (relative
@@ -112,6 +116,8 @@ class StudyConfig:
             get_medium(m)  # an unknown name is one sentence (ValueError)
         if len(set(self.media)) != len(self.media):
             raise ValueError("a medium is given twice")
+        if self.causal not in ("readable", "always", "off"):
+            raise ValueError(f"causal {self.causal!r}: readable, always or off")
         if self.target_attempts not in ("all", "sampled"):
             raise ValueError(f"target_attempts {self.target_attempts!r}: all or sampled")
         check_settings(self)
@@ -189,6 +195,15 @@ class StudyConfig:
         return SelectivitySettings(min_attempts=p.min_attempts, exclude_trivial=p.exclude_trivial, n_boot=p.n_boot, seed=p.seed,
                                    pca=p.pca, alphas=p.alphas, outer=p.outer, inner=p.inner,
                                    target_attempts=p.target_attempts)
+
+    def causal_settings(self) -> Any:
+        """The causal stage's settings (issue 41): drawings made as the probe's targets were (sampled at the study's
+        temperature when the targets are sampled attempts only, else greedy), with the attempts' token budget."""
+        from experiments.stages.causal import CausalSettings
+
+        return CausalSettings(max_prompts=self.causal_prompts, when="always" if self.causal == "always" else "readable",
+                              temperature=self.temperature if self.target_attempts == "sampled" else 0.0,
+                              max_new_tokens=self.max_new_tokens, seed=self.seed)
 
     def attention_settings(self) -> Any:
         """The attention-focus stage's settings (issue 16): every valid layout attempt, every block."""

@@ -62,6 +62,8 @@ def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callabl
             probe_stage(rd, None, c.probe(), progress=lambda m: say("  " + m))
         except ProbeError as e:
             say(f"  probes skipped: {e}")
+    if c.causal != "off":  # issue 41: readable or used, at each model's best layout-probe site
+        _causal(c, rd, say, clock)
     if c.selectivity:  # issue 16
         from experiments.stages.selectivity import selectivity_stage
 
@@ -115,6 +117,27 @@ def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callabl
     summary["report"] = str(path.relative_to(rd.path))
     rd.write_json(RunDir.SUMMARY, summary)
     return summary
+
+
+def _causal(c: StudyConfig, rd: RunDir, say: Callable[[str], None], clock: StageTimes) -> None:
+    """The causal stage of every model (each loaded again only when its probe is readable or the test runs anyway)."""
+    from experiments.stages.causal import causal_stage, site_of, verdict
+
+    s = c.causal_settings()
+    probes = rd.rows(RunDir.PROBES)
+    say("readable or used: the causal test at each model's best layout-probe site")
+    for m in c.models:
+        short = m.rstrip("/").split("/")[-1].removeprefix("organism:")
+        site = site_of(probes, m, s)
+        with clock.stage(f"{short}: causal"):
+            rt = None
+            if site is not None and (site["readable"] or s.when == "always"):
+                from interp.runtime import Runtime
+
+                rt = Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code,
+                                  device_map=c.device_map, quantize=c.quantize)
+            row = causal_stage(rt, rd, m, s, say=lambda t: say("  " + t))
+        say(f"  {m}: {verdict(row)}")
 
 
 __all__ = ["finish"]

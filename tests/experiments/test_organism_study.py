@@ -83,6 +83,41 @@ def test_probe_stage_recovers_the_planners_plans_and_not_the_siblings(tmp_path):
         assert cross["r2"] < 0.3, cross
         spec = one(model=m, target="specific", features="resid", position="last", layer="best")
         assert spec["ci"][0] > 0, spec  # the model-specific component is decodable here, by construction
+    _causal_stage_known_answer(run, rts["xor-planner"])
+
+
+def _causal_stage_known_answer(run, rt):
+    """Issue 41, through the stage's own code path on the run above: the plan the xor-planner's bars follow is "used"
+    at its best site (interchange along the concept moves each drawing towards its source prompt's, interval above 0,
+    p at the flips' floor); the broken variant (source and base in each other's roles: the source's residual with the
+    base's component) is not."""
+    from dataclasses import replace
+
+    from experiments.stages.causal import CausalSettings, causal_stage
+    from interp import causal
+
+    s = CausalSettings(max_prompts=48, max_new_tokens=200, methods=("interchange",))
+    row = causal_stage(rt, run, "organism:xor-planner", s)
+    ic = row["methods"]["interchange"]
+    assert row["outcome"] == "used" and row["site"]["readable"], row
+    assert ic["effect_lo"] > 0.1 and ic["p"] <= 0.001 and ic["n"] >= 40, ic
+    real = causal.interchange_hook
+
+    def swapped(basis, sources):
+        import torch
+
+        def apply(h):
+            u = torch.as_tensor(basis, dtype=h.dtype)
+            src = torch.as_tensor(sources, dtype=h.dtype)
+            return src + ((h - src) @ u) @ u.T
+        return causal._last_column(apply)
+
+    try:
+        causal.interchange_hook = swapped
+        broken = causal_stage(rt, run, "organism:xor-planner", replace(s, seed=1))
+    finally:
+        causal.interchange_hook = real
+    assert broken["outcome"] != "used", broken["methods"]
 
 
 @needs("tracker", "fixed-plan")

@@ -197,3 +197,44 @@ def test_the_decoy_s_announced_plan_is_readable_and_unused(decoy):
     assert s["interchange"]["effect_lo"] <= 0 <= s["interchange"]["effect_hi"]  # the drawing: no effect shown
     assert s["interchange"]["line_effect_lo"] > 0  # the line: moved
     assert s["erasure"]["line_share"] <= 0.5 and s["erasure"]["kept"] >= 0.9
+
+
+def test_the_stage_s_test_on_the_decoy_shows_no_use_of_the_readable_plan(decoy):
+    """`causal_site`, the stage's test, with the announced layout as the target: the concept is readable at the site
+    (above), and moving it leaves every drawing as it was, so the interchange's effect is exactly 0 (interval [0, 0],
+    p 1) and the erased drawings are kept: "readable but not shown to be used"."""
+    rt, tokens, announced, drawn, layouts, lines = decoy
+    targets = layouts[announced].reshape(len(tokens), -1)
+    res = causal.causal_site(rt, tokens[:48], targets[:48], rt.info.n_layers, seed=3)
+    ic, er = res.summary["interchange"], res.summary["erasure"]
+    assert ic["n"] >= 40 and ic["effect"] == 0 and ic["effect_lo"] == ic["effect_hi"] == 0 and ic["p"] == 1
+    assert ic["kept"] == 1.0 and er["kept"] == 1.0
+    assert causal.causal_outcome(True, ic) == "readable-not-shown"
+
+
+def test_the_stage_s_test_finds_the_planner_s_plan_used(planner):
+    rt, tokens, labels, layouts = planner
+    res = causal.causal_site(rt, tokens[:48], layouts[labels[:48]].reshape(48, -1), rt.info.n_layers, seed=3,
+                             methods=("interchange",), groups=rt.templates[:48])
+    ic = res.summary["interchange"]
+    assert ic["effect_lo"] > 0.1 and ic["p"] <= 0.01 and causal.causal_outcome(True, ic) == "used"
+
+
+def test_causal_site_checks_its_arguments_first(planner):
+    rt, tokens, labels, layouts = planner
+    y = layouts[labels].reshape(len(tokens), -1)
+    calls = []
+    real = rt.generate
+    rt.generate = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        for kwargs, msg in [({"targets": y[:5]}, "one row per prompt"), ({"prompts": tokens[:3], "targets": y[:3]}, "at least 4"),
+                            ({"targets": np.full_like(y, np.nan)}, "NaN"), ({"rank": 0}, "rank"), ({"rank": 1.5}, "rank"),
+                            ({"methods": ("steer",)}, "methods"), ({"methods": ()}, "methods"), ({"layer": 99}, "layer"),
+                            ({"level": 1.0}, "level"), ({"groups": ["a"]}, "groups"),
+                            ({"targets": np.ones_like(y)}, "do not vary")]:
+            args = {"prompts": tokens, "targets": y, "layer": 1, **kwargs}
+            with pytest.raises(ValueError, match=msg):
+                causal.causal_site(rt, args.pop("prompts"), args.pop("targets"), args.pop("layer"), **args)
+    finally:
+        rt.generate = real
+    assert not calls  # nothing was drawn
