@@ -352,7 +352,7 @@ def test_small_int_operators_charge_and_give_what_the_general_path_gives():
     fast = src[src.index("        if ta is int and tb is int and op not in _SHIFT_OR_POWER"):src.index("        if ta is bool:")]
 
     def helper(source):
-        ns = dict(vars(M))
+        ns = dict(M.binop_helper.__globals__)  # the names of its own module (bench.sandbox.meter.operators)
         exec(compile(source, "<variant>", "exec"), ns)
         return ns["binop_helper"]
 
