@@ -25,6 +25,7 @@ from bench.canvas.medium import V1, BudgetExceeded, Call, Limits, Medium, shape_
 from bench.canvas.palette import RGB
 from bench.sandbox import meter as meters
 from bench.sandbox import policy
+from bench.sandbox.instrument import instrument
 
 #: every outcome an attempt can get. `svg`: an SVG answer refused by the sanitiser or the renderer;
 #: `crash`: the worker died of a signal or sent a malformed result; `backstop`: the far wall-clock
@@ -189,7 +190,7 @@ def prepare(text: str, limits: Limits) -> tuple[str, Any] | ExecResult:
     try:
         # dont_inherit: the program's semantics never depend on this module's own `from __future__` flags (issue 42:
         # programs inherited `annotations` from here by accident; annotations are now dropped by the instrumenter)
-        compiled = compile(policy.instrument(tree), "<program>", "exec", dont_inherit=True)
+        compiled = compile(instrument(tree), "<program>", "exec", dont_inherit=True)
     except RecursionError:
         # a fixed reason: the interpreter's own message names where its frames ran out ("in comparison", "in
         # __instancecheck__"), which moves with the instrumenter's code, not with the program

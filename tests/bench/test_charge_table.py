@@ -16,7 +16,7 @@ import pytest
 
 from bench.canvas.medium import Limits
 from bench.sandbox import meter as meters
-from bench.sandbox import policy
+from bench.sandbox import instrument, policy
 from bench.sandbox.runtime import environment, execute
 
 #: values of every kind a program can make: literals, displays, every builtin's result, every allowed
@@ -63,7 +63,7 @@ def census_types():
     canvas = __import__("bench.canvas.medium", fromlist=["V1"]).V1.new_canvas(Limits())
     env.update(canvas.functions())
     env["census"] = lambda v: found.add(type(v))  # trusted: the test's own hook
-    exec(compile(policy.instrument(tree), "<census>", "exec"), env)  # noqa: S102
+    exec(compile(instrument.instrument(tree), "<census>", "exec"), env)  # noqa: S102
     return found
 
 

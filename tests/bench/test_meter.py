@@ -312,12 +312,12 @@ def test_an_augmented_attribute_evaluates_its_object_once():
     import ast
     from types import SimpleNamespace
 
-    from bench.sandbox import policy
+    from bench.sandbox import instrument, policy
     from bench.sandbox.runtime import environment
 
     tree = ast.parse("g().e += 1\nh()[0] += 1")
     policy.check(tree)
-    code = compile(policy.instrument(tree), "<program>", "exec")
+    code = compile(instrument.instrument(tree), "<program>", "exec")
     calls, ns, lst = [], SimpleNamespace(e=1), [5]
     env = environment(meters.Meter(10**6), Limits())
     env["g"] = lambda: calls.append("g") or ns

@@ -233,10 +233,10 @@ def test_instrumented_trees_get_the_positions_the_standard_library_gives():
     import sys
     from pathlib import Path
 
-    from bench.sandbox import policy
+    from bench.sandbox import instrument, policy
     from bench.canvas.extract import extract_code, normalise
 
-    class Unplaced(policy._Meter):
+    class Unplaced(instrument._Meter):
         def _place(self, root, pos):
             return None
 
@@ -261,7 +261,7 @@ def test_instrumented_trees_get_the_positions_the_standard_library_gives():
 
     checked = 0
     for tree in trees():
-        ours = policy.instrument(copy.deepcopy(tree))
+        ours = instrument.instrument(copy.deepcopy(tree))
         theirs = ast.fix_missing_locations(Unplaced().visit(copy.deepcopy(tree)))
         assert ast.dump(ours, include_attributes=True) == ast.dump(theirs, include_attributes=True)
         compile(ours, "<program>", "exec")
@@ -270,20 +270,20 @@ def test_instrumented_trees_get_the_positions_the_standard_library_gives():
 
     # broken variants fail: the Set's starred item not placed (it has the Set's position, not its own), and a walk
     # that does not descend from a visit's result
-    class NoStarred(policy._Meter):
+    class NoStarred(instrument._Meter):
         def _place(self, root, pos):
             if isinstance(root, ast.Call) and root.func.id == policy.HASHED:
                 return None
             return super()._place(root, pos)
 
-    class RootOnly(policy._Meter):
+    class RootOnly(instrument._Meter):
         def _place(self, root, pos):
             if getattr(root, "lineno", None) is None and root._attributes:
                 root.lineno, root.col_offset, root.end_lineno, root.end_col_offset = pos
 
     site = normalise(ast.parse(_EVERY_SITE))
     reference = ast.dump(ast.fix_missing_locations(Unplaced().visit(copy.deepcopy(site))), include_attributes=True)
-    assert ast.dump(policy._Meter().visit(copy.deepcopy(site)), include_attributes=True) == reference
+    assert ast.dump(instrument._Meter().visit(copy.deepcopy(site)), include_attributes=True) == reference
     for broken in (NoStarred, RootOnly):
         try:
             out = ast.dump(broken().visit(copy.deepcopy(site)), include_attributes=True)

@@ -7,7 +7,7 @@ every machine:
 
 - Python-level work: each loop pass, function or lambda call and comprehension item charges the
   static size (AST nodes) of the code it runs, plus a fixed cost for the pass itself
-  (`policy.instrument` inserts the charges);
+  (`bench.sandbox.instrument` inserts the charges);
 - work done inside C on the program's behalf: builtins (`sorted`, `sum`, `list`, `set`, `str`, ...),
   the allowed methods (`.sort()`, `.count()`, `.join()`, `.replace()`, ...), operators on containers
   and big integers (`+`, `*`, `==`, `in`, `//`, `%`, slices, `*args`, f-strings) and `math`'s
