@@ -336,7 +336,7 @@ def steer(
         s = SteerSettings(layer=layer, task=task, region=region, strengths=tuple(strengths), position=position, samples=samples,
                           temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, limit=limit)
         try:
-            with bar(None, "steering", "prompt") as b:
+            with bar(None, "steering", "prompt x strength") as b:
                 summary = steer_stage(rt, rd, s, model, progress=b.update)
         except (ValueError, FileNotFoundError) as e:
             fail(str(e))

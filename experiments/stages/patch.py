@@ -34,7 +34,7 @@ class PatchSettings:
     temperature: float = 0.7  #: sampling temperature of the continuations
     max_new_tokens: int = 64  #: tokens per continuation
     seed: int = 0  #: every continuation's seed derives from it, the attempt key, cut, layer, direction and k
-    limit: int | None = None  #: only the first N cuts
+    limit: int | None = None  #: only the first N cuts that can be patched (two statements of equal token counts)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,7 +58,7 @@ def patch_stage(rt: Any, run: Any, model: str | None = None, s: PatchSettings = 
     """Patch resid_pre of layer L at the cut statement's tokens between `s.moved_arm` and null-asis, both
     ways, and sample continuations; one row per (attempt key, cut, layer, direction) in RUN/patching.jsonl.
     Cuts whose two statement lines have different token counts cannot be aligned and are counted as
-    skipped. Returns counts computed from the rows on disk."""
+    skipped (those met before `s.limit` aligned cuts were found). Returns counts computed from the rows on disk."""
     # resid_pre of block L, or L = n_layers: the final residual (the runtime's sites, as captured)
     bad = [x for x in (s.layers or ()) if not 0 <= x <= rt.info.n_layers]
     if bad:  # checked before the run is opened: layer 99 once emptied patching.jsonl and then failed
@@ -77,7 +77,10 @@ def _patch(rt: Any, rd: RunDir, model: str, s: PatchSettings, progress: Callable
     item = prompt_items(rd)
     layers = layers_of(s, rt)
     skipped = 0
-    cuts, _ = plan_cuts(rd, model, s.task, limit=s.limit)
+    # every cut, in plan order; `limit` counts the cuts that can be patched (their two statements align token for
+    # token), so a model whose first cuts change token counts still gets its patched cuts (issue 40: SmolLM2's
+    # first two never aligned, and the quick study had no patching at all)
+    cuts, _ = plan_cuts(rd, model, s.task)
     src = {DIRECTIONS[0]: (s.moved_arm, "null-asis"), DIRECTIONS[1]: ("null-asis", s.moved_arm)}
     inputs = {(c["key"], c["cut"]): content_hash(c["answer"], [(a.arm, a.prefix) for a in c["arms"]], s.moved_arm,
                                                  s.continuations, s.temperature, s.max_new_tokens, s.seed) for c in cuts}
@@ -88,7 +91,10 @@ def _patch(rt: Any, rd: RunDir, model: str, s: PatchSettings, progress: Callable
     done = {(AttemptKey.of(x), x["cut"], x["layer"], x["direction"]) for x in fresh}
     wrote = len(fresh) < len(rows)
     unit = -1
+    aligned = 0
     for c in cuts:
+        if s.limit and aligned >= s.limit:
+            break
         if s.moved_arm not in {a.arm for a in c["arms"]}:
             continue
         key = c["key"]
@@ -96,6 +102,7 @@ def _patch(rt: Any, rd: RunDir, model: str, s: PatchSettings, progress: Callable
         if len(suffixes[s.moved_arm]) != len(suffixes["null-asis"]):
             skipped += 1
             continue
+        aligned += 1
         span = len(suffixes["null-asis"])
         mine = []
         for layer in layers:

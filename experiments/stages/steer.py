@@ -66,12 +66,14 @@ class SteerSettings:
     max_new_tokens: int = 128
     seed: int = 0
     limit: int | None = None  #: only the first N prompts
+    batch_size: int = 8  #: prompts per generation batch (a work unit: fixed chunks of the prompt list, per strength)
 
 
 def steer_stage(rt: Any, run: Any, s: SteerSettings, model: str | None = None,
                 progress: Callable[[int], None] | None = None, shard: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-    """Steered attempts per prompt and strength into RUN/steering.jsonl; work units are the prompts (resumable,
-    shardable: `shard=(i, n)` runs the prompts whose index is i mod n). Returns the summary per strength."""
+    """Steered attempts per prompt and strength into RUN/steering.jsonl; work units are fixed chunks of
+    `s.batch_size` prompts per strength, each one batched generation (resumable, shardable: `shard=(i, n)` runs the
+    units whose index is i mod n). `progress(k)` counts prompts x strengths. Returns the summary per strength."""
     with writing(run) as rd:
         return _steer(rt, rd, s, model or rt.info.name, progress, shard)
 
@@ -107,37 +109,48 @@ def _steer(rt: Any, rd: RunDir, s: SteerSettings, model: str, progress: Callable
     done = {(r["model"], r["task"], r["prompt_id"], r["sample"], r["strength"], r["region"], r["layer"], r["position"])
             for r in rd.rows(STEERING)}
     mask = region_mask(s.region, GRID_SIZE)
+    built = {pid: build(item(s.task, pid), proto, rt.tokenizer, chat=rt.info.chat) for pid in prompts}
+    # fixed work units: chunks of the prompt list, per strength (one batched generation each), so a resumed or
+    # sharded run batches exactly like an uninterrupted one (`shard=(i, n)` runs the units whose index is i mod n)
+    chunks = [prompts[i: i + s.batch_size] for i in range(0, len(prompts), s.batch_size)]
+    units = [(strength, chunk) for strength in s.strengths for chunk in chunks]
     with SandboxPool(workers=None) as pool:
-        for pi, pid in enumerate(prompts):
-            if shard is not None and pi % shard[1] != shard[0]:
+        for ui, (strength, chunk) in enumerate(units):
+            if shard is not None and ui % shard[1] != shard[0]:
                 continue
-            built = build(item(s.task, pid), proto, rt.tokenizer, chat=rt.info.chat)
-            for strength in s.strengths:
-                todo = [j for j in range(s.samples)
-                        if (model, s.task, pid, j, strength, s.region, s.layer, s.position) not in done]
-                if not todo:
+            cells = [(pid, j) for pid in chunk for j in range(s.samples)]
+            if all((model, s.task, pid, j, strength, s.region, s.layer, s.position) in done for pid, j in cells):
+                if progress:
+                    progress(len(chunk))
+                continue
+            # the same seeds for every strength: the strength is the only difference between arms
+            seeds = [derive_seed(s.seed, model, s.task, protocol, medium, pid, "steer", s.layer, s.position, s.region, j)
+                     for pid, j in cells]
+            hooks = [(hook_name, add_direction(direction * strength * norm))] if strength else []
+            gens: list[Any] = [None] * len(cells)
+            for flag in sorted({built[pid].open_fence for pid, _ in cells}):  # one stop rule per generation
+                idx = [i for i, (pid, _) in enumerate(cells) if built[pid].open_fence == flag]
+                out = rt.generate([built[cells[i][0]].tokens for i in idx],
+                                  [Sampling(0.0 if cells[i][1] == 0 else s.temperature, seeds[i]) for i in idx],
+                                  StopRule(max_new_tokens=s.max_new_tokens, open_fence=flag), hooks=hooks)
+                for i, g in zip(idx, out):
+                    gens[i] = g
+            texts = [answer_text({"prefix": built[pid].opener, "text": g.text}) for (pid, _), g in zip(cells, gens)]
+            results = pool.run(texts)
+            rows = []
+            for (pid, j), sd, g, res in zip(cells, seeds, gens, results):
+                if (model, s.task, pid, j, strength, s.region, s.layer, s.position) in done:
                     continue
-                # the same seeds for every strength: the strength is the only difference between arms
-                seeds = [derive_seed(s.seed, model, s.task, protocol, medium, pid, "steer", s.layer, s.position, s.region, j)
-                         for j in todo]
-                hooks = [(hook_name, add_direction(direction * strength * norm))] if strength else []
-                gens = rt.generate([built.tokens] * len(todo),
-                                   [Sampling(0.0 if j == 0 else s.temperature, sd) for j, sd in zip(todo, seeds)],
-                                   StopRule(max_new_tokens=s.max_new_tokens, open_fence=built.open_fence), hooks=hooks)
-                texts = [answer_text({"prefix": built.opener, "text": g.text}) for g in gens]
-                results = pool.run(texts)
-                rows = []
-                for j, sd, g, res in zip(todo, seeds, gens, results):
-                    occ = occupancy(res.pixels, background_of(res)) if res.valid else None
-                    rows.append({"model": model, "task": s.task, "protocol": protocol, "medium": medium, "prompt_id": pid,
-                                 "layer": s.layer, "position": s.position, "region": s.region, "strength": strength,
-                                 "sample": j, "seed": sd, "k": int(k), "alpha": float(alpha), "valid": bool(res.valid),
-                                 "text": clean_text(g.text),
-                                 "region_occupancy": None if occ is None else round(float(occ[mask].mean()), 6),
-                                 "other_occupancy": None if occ is None else round(float(occ[~mask].mean()), 6)})
-                rd.append(STEERING, rows)
+                occ = occupancy(res.pixels, background_of(res)) if res.valid else None
+                rows.append({"model": model, "task": s.task, "protocol": protocol, "medium": medium, "prompt_id": pid,
+                             "layer": s.layer, "position": s.position, "region": s.region, "strength": strength,
+                             "sample": j, "seed": sd, "k": int(k), "alpha": float(alpha), "valid": bool(res.valid),
+                             "text": clean_text(g.text),
+                             "region_occupancy": None if occ is None else round(float(occ[mask].mean()), 6),
+                             "other_occupancy": None if occ is None else round(float(occ[~mask].mean()), 6)})
+            rd.append(STEERING, rows)
             if progress:
-                progress(1)
+                progress(len(chunk))
     return summarise_steering(rd.rows(STEERING))
 
 

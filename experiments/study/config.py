@@ -9,6 +9,8 @@ on, `generation_order` the order of `generations.jsonl` every writer (the model 
 
 from __future__ import annotations
 
+import math
+
 import json
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
@@ -99,6 +101,10 @@ class StudyConfig:
     #: "readable" runs them where the probe decodes the layout, "always" everywhere, "off" never
     causal: str = "readable"
     causal_prompts: int = 64  #: prompts the causal test draws (a seeded subset when there are more)
+    #: steering along the layout probe's direction at its best site (`last`), on the first N layout prompts with a
+    #: target, greedy, at each strength (0 = no steering phase; `ambench steer` steers any layer and region)
+    steer_prompts: int = 0
+    steer_strengths: tuple[float, ...] = (0.0, 0.5)  #: multiples of the layer's mean residual norm
     dino_folder: str | None = None  #: a local DINO ViT folder; the concept-consistency stage runs when given
     prompt_files: tuple[str, ...] = ()  #: prompt-set files (`interp.prompts.load_prompts` JSONL, each line with its task
     #: label); when given they replace the built-in prompt sets and the study runs on exactly their items (relative
@@ -110,6 +116,10 @@ class StudyConfig:
         from bench.canvas.medium import get_medium
 
         object.__setattr__(self, "media", tuple(self.media))  # a list from JSON (config.json, Ray) becomes a tuple
+        object.__setattr__(self, "steer_strengths", tuple(self.steer_strengths))
+        if self.steer_prompts < 0 or not self.steer_strengths or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in self.steer_strengths):
+            raise ValueError("steer_prompts must be >= 0 and steer_strengths finite numbers (at least one)")
         for m in self.media:
             if m in ("v1", "svg"):
                 raise ValueError(f"--medium {m}: the paper's canvas always runs and SVG is --svg; give another medium")
@@ -151,6 +161,7 @@ class StudyConfig:
         d["models"] = list(self.models)
         d["media"] = list(self.media)
         d["prompt_files"] = list(self.prompt_files)
+        d["steer_strengths"] = list(self.steer_strengths)
         return d
 
     # ------------------------------------------------------------------ the stages' settings
@@ -204,6 +215,14 @@ class StudyConfig:
         return CausalSettings(max_prompts=self.causal_prompts, when="always" if self.causal == "always" else "readable",
                               temperature=self.temperature if self.target_attempts == "sampled" else 0.0,
                               max_new_tokens=self.max_new_tokens, seed=self.seed)
+
+    def steer_settings(self, layer: int) -> Any:
+        """The study's steering phase (issue 40): the layout probe's direction for the left half at `layer` (the
+        best site's), greedy attempts of the first `steer_prompts` prompts at each strength."""
+        from experiments.stages.steer import SteerSettings
+
+        return SteerSettings(layer=layer, strengths=self.steer_strengths, samples=1, temperature=self.temperature,
+                             max_new_tokens=self.max_new_tokens, seed=self.seed, limit=self.steer_prompts)
 
     def attention_settings(self) -> Any:
         """The attention-focus stage's settings (issue 16): every valid layout attempt, every block."""

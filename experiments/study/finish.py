@@ -62,8 +62,8 @@ def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callabl
             probe_stage(rd, None, c.probe(), progress=lambda m: say("  " + m))
         except ProbeError as e:
             say(f"  probes skipped: {e}")
-    if c.causal != "off":  # issue 41: readable or used, at each model's best layout-probe site
-        _causal(c, rd, say, clock)
+    if c.causal != "off" or c.steer_prompts:  # issues 41 and 40: at each model's best layout-probe site
+        _at_the_site(c, rd, say, clock)
     if c.selectivity:  # issue 16
         from experiments.stages.selectivity import selectivity_stage
 
@@ -119,25 +119,43 @@ def _finish(c: StudyConfig, rd: RunDir, sets: dict[str, list[Any]], say: Callabl
     return summary
 
 
-def _causal(c: StudyConfig, rd: RunDir, say: Callable[[str], None], clock: StageTimes) -> None:
-    """The causal stage of every model (each loaded again only when its probe is readable or the test runs anyway)."""
+def _at_the_site(c: StudyConfig, rd: RunDir, say: Callable[[str], None], clock: StageTimes) -> None:
+    """At each model's best layout-probe site (the own target's best layer at `last`): the causal test (issue 41;
+    the model is loaded only when its probe is readable or the test runs anyway) and the steering phase (issue 40)."""
     from experiments.stages.causal import causal_stage, site_of, verdict
 
     s = c.causal_settings()
     probes = rd.rows(RunDir.PROBES)
-    say("readable or used: the causal test at each model's best layout-probe site")
     for m in c.models:
         short = m.rstrip("/").split("/")[-1].removeprefix("organism:")
         site = site_of(probes, m, s)
-        with clock.stage(f"{short}: causal"):
-            rt = None
-            if site is not None and (site["readable"] or s.when == "always"):
-                from interp.runtime import Runtime
+        rt = None
 
-                rt = Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code,
-                                  device_map=c.device_map, quantize=c.quantize)
-            row = causal_stage(rt, rd, m, s, say=lambda t: say("  " + t))
-        say(f"  {m}: {verdict(row)}")
+        def loaded() -> Any:
+            from interp.runtime import Runtime
+
+            return rt or Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code,
+                                      device_map=c.device_map, quantize=c.quantize)
+
+        if c.causal != "off":
+            say(f"readable or used: the causal test at {m}'s best layout-probe site")
+            with clock.stage(f"{short}: causal"):
+                if site is not None and (site["readable"] or s.when == "always"):
+                    rt = loaded()
+                row = causal_stage(rt, rd, m, s, say=lambda t: say("  " + t))
+            say(f"  {m}: {verdict(row)}")
+        if c.steer_prompts and site is not None:
+            from experiments.stages.steer import steer_stage
+
+            ss = c.steer_settings(site["layer"])
+            say(f"steering {m} along its layout probe's direction for the {ss.region} half at layer {site['layer']} "
+                f"(`last`): {ss.limit} prompts x strengths {list(ss.strengths)}")
+            with clock.stage(f"{short}: steering"):
+                rt = loaded()
+                try:
+                    steer_stage(rt, rd, ss, m)
+                except ValueError as e:  # too few prompts with targets to fit the direction
+                    say(f"  steering skipped: {e}")
 
 
 __all__ = ["finish"]
