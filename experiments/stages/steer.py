@@ -10,7 +10,8 @@ where it draws.
    prompt with `hooks/steer.add_direction` adding s x norm x direction to resid_pre of the layer at
    every position, render, and measure the share of R that is painted.
 Rows go to `RUN/steering.jsonl` (prompt, sample, seed, strength, region, valid, occupancy of R); the
-summary is the mean occupancy of R per strength over valid renders, beside the unsteered (s = 0) one.
+summary is the mean occupancy of R per strength over valid renders, beside the unsteered (s = 0) one;
+`steering_table` adds the prompts and a prompt-clustered 95% CI (seeded), the table the report shows.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 
 from bench.canvas.regions import region_mask
 from bench.sandbox.boundary import clean_text
+from experiments.rates import cluster_ci
 from experiments.rundir import RunDir, answer_text, derive_seed, reading, writing
 from experiments.stages.probe import consensus
 from hooks.steer import add_direction
@@ -154,13 +156,15 @@ def _steer(rt: Any, rd: RunDir, s: SteerSettings, model: str, progress: Callable
     return summarise_steering(rd.rows(STEERING))
 
 
+def _cell(r: dict[str, Any]) -> tuple[Any, ...]:
+    """A steering row's cell of the summary and the table: (model, task, layer, position, region, strength)."""
+    return (r["model"], r.get("task", "layout"), r["layer"], r.get("position", "last"), r["region"], r["strength"])
+
+
 def summarise_steering(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    def key_of(r: dict[str, Any]) -> tuple:
-        return (r["model"], r.get("task", "layout"), r["layer"], r.get("position", "last"), r["region"], r["strength"])
-
-    for key in sorted({key_of(r) for r in rows}):
-        sel = [r for r in rows if key_of(r) == key]
+    for key in sorted({_cell(r) for r in rows}):
+        sel = [r for r in rows if _cell(r) == key]
         valid = [r for r in sel if r["valid"]]
         out.append({"model": key[0], "task": key[1], "layer": key[2], "position": key[3], "region": key[4],
                     "strength": key[5], "attempts": len(sel),
@@ -170,4 +174,22 @@ def summarise_steering(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["STEERING", "probe_direction", "steer_stage", "summarise_steering"]
+def steering_table(rows: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
+    """Per (model, task, layer, position, region, strength): attempts, valid renders, prompts, the mean occupancy of the
+    steered region over valid renders with its prompt-clustered 95% CI (none with one prompt), and of the rest."""
+    out = []
+    for key in sorted({_cell(r) for r in rows}):
+        sel = [r for r in rows if _cell(r) == key]
+        valid = [r for r in sel if r.get("valid")]
+        per_prompt: dict[str, list[float]] = {}
+        for r in valid:
+            per_prompt.setdefault(r["prompt_id"], []).append(float(r["region_occupancy"]))
+        out.append({"model": key[0], "task": key[1], "layer": key[2], "position": key[3], "region": key[4],
+                    "strength": key[5], "attempts": len(sel), "valid": len(valid), "prompts": len(per_prompt),
+                    "region_occupancy": float(np.mean([r["region_occupancy"] for r in valid])) if valid else None,
+                    "ci": cluster_ci(per_prompt, n_boot, seed) if valid else [None, None],
+                    "other_occupancy": float(np.mean([r["other_occupancy"] for r in valid])) if valid else None})
+    return out
+
+
+__all__ = ["STEERING", "probe_direction", "steer_stage", "steering_table", "summarise_steering"]
