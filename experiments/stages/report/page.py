@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from experiments.rundir import RunDir, reading, writing
-from experiments.stages.report import (attention, consistency, interventions, layout, media, mosaics, probes, selectivity,
+from experiments.stages.report import (attention, causal, consistency, interventions, layout, media, mosaics, probes, selectivity,
                                        steering, tier_gaps, trajectory, translation)
 from experiments.stages.report.blocks import Answer, Block, Section, table
 from experiments.stages.report.validated import is_run, methods_validated, organism_runs, validation_rows
@@ -39,8 +39,8 @@ def _config(run: RunDir, title: str) -> dict[str, Any] | None:
 
 #: the sections of a run's results, in the page's order: a new section is one module with `section(run, paper)` and one line here
 SECTIONS: tuple[Section, ...] = (translation.section, layout.section, media.section, tier_gaps.section, probes.section,
-                                 selectivity.section, interventions.section, steering.section, attention.section,
-                                 trajectory.section, consistency.section, mosaics.section)
+                                 selectivity.section, causal.section, interventions.section, steering.section,
+                                 attention.section, trajectory.section, consistency.section, mosaics.section)
 
 
 def text_node(v: Any) -> Any:
