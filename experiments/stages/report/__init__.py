@@ -24,8 +24,7 @@ value from a run can become HTML. Numbers are shown to 3 significant digits (`ex
 The package: `blocks` (the page's building blocks); one module per section of a run's results, each a
 `section(run, paper) -> (blocks, answers)`: `translation`, `layout`, `media`, `tier_gaps`, `probes`, `selectivity`,
 `causal` (readable or used), `interventions` (with patching), `steering`, `attention`, `trajectory`, `consistency`,
-`mosaics`; `validated` (the
-organisms' verdicts); and `page` (the one ordered list of sections, `render_page`, `write_report`, `write_combined`).
+`mosaics`; `validated` (the organisms' verdicts); and `page` (the one ordered list of sections, `render_page`, `write_report`, `write_combined`).
 The statistics are the stages' code (the steering rows' bootstrap is `experiments.stages.steer.steering_table`): the
 sections read the stages' tables, or call the stage's function on its rows, and format and draw what they get.
 """
