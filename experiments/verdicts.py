@@ -135,7 +135,7 @@ def _hidden_plan(ctx: "_Run", m: str) -> list[dict[str, Any]]:
     name, out = _short(m), []
     d = _delta_row(ctx, m)
     if d is None:
-        return [_row(name, "Delta R^2 (own, `last`)", "-", "no delta row", None, {})]
+        return [_row(name, "Delta R^2 (own, `last`)", "-", "no delta row", None, {})] + _causal(ctx, m, True)
     measured, vals = _delta_values(d)
     q = d.get("q_bh")
     out.append(_row(name, "TF-IDF text baseline", "R^2 near 0 (< 0.1)", f"R^2 {d['r2_text']:.3f}",
@@ -169,7 +169,7 @@ def _no_plan(ctx: "_Run", m: str) -> list[dict[str, Any]]:
     name = _short(m)
     d = _delta_row(ctx, m)
     if d is None:
-        return [_row(name, "Delta R^2 (own, `last`)", "-", "no delta row", None, {})]
+        return [_row(name, "Delta R^2 (own, `last`)", "-", "no delta row", None, {})] + _causal(ctx, m, False)
     measured, vals = _delta_values(d)
     q = d.get("q_bh")
     # a missing q (no permutations: --n-perm 0) is no test, so it cannot pass as "not significant"
@@ -242,6 +242,8 @@ def _causal(ctx: "_Run", m: str, expect_used: bool) -> list[dict[str, Any]]:
     expected = "used (interchange p <= 0.05, interval above 0)" if expect_used else "not used (not readable, or not shown)"
     row = next((r for r in ctx.causal if r.get("model") == m and r.get("task") == "layout"), None)
     if row is None:
+        if not ctx.asks_causal:  # a run whose study did not ask for the stage (or made before it existed)
+            return []
         return [_row(_short(m), method, expected, "not computed: the causal stage did not run", None, {})]
     outcome = row.get("outcome")
     ok = None if outcome == "no-test" else (outcome == "used") == expect_used
@@ -274,6 +276,9 @@ class _Run:
         self.scores = rd.rows(RunDir.TRANSLATION_SCORES)
         self.table = rd.json(RunDir.INTERVENTIONS_TABLE) or {}
         self.causal = rd.rows(RunDir.CAUSAL)
+        study = ((rd.config().get("stages") or {}).get("study") or {}).get("config") or {}
+        #: the run's study asked for the causal stage (its rows are then expected; else the rule has none to read)
+        self.asks_causal = bool(self.causal) or study.get("causal", "off") != "off"
         models = sorted({r["model"] for r in rd.rows(RunDir.GENERATIONS)})
         self.declared = {m: (declarations or {}).get(m) or declared(m, run) for m in models}
 
