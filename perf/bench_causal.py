@@ -10,6 +10,12 @@ of the held-out prompts, other (source, decoy) pairs, another erasure control an
 interchange test had p <= 0.05 (size where nothing is used: the random planner, whose layout is drawn at random
 per attempt; power where the plan is used: the xor-planner), the share called "used", and the median effect.
 
+`--null misrouted` measures the size where drawings *do* change: the interchange puts in the activation of a third
+prompt (each base prompt's source is another base prompt's, a seeded permutation) while the test still compares the
+drawing with the recorded source and decoy. On the xor-planner, which redraws whatever plan is put in, the drawings
+move every time, but towards a prompt independent of the (source, decoy) pair: a null with real movement (the
+random planner's null is one where the drawing rarely moves at all, so its effects are mostly exactly 0).
+
 The run's causal.jsonl is restored afterwards. Seeded: a rerun prints the same table.
 """
 
@@ -32,7 +38,20 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--models", default="organism:random-planner,organism:xor-planner")
     ap.add_argument("--first-seed", type=int, default=1000)
+    ap.add_argument("--null", choices=("none", "misrouted"), default="none",
+                    help="misrouted: put in a third prompt's activation, not the recorded source's (a null that moves)")
     a = ap.parse_args()
+    if a.null == "misrouted":
+        from interp import causal
+
+        real = causal.interchange_hook
+
+        def misrouted(basis, sources):
+            n = len(sources)  # a cyclic shift by 1..n-1: no base prompt keeps its own source
+            shift = 1 + int(np.random.default_rng(n).integers(n - 1))
+            return real(basis, np.asarray(sources)[(np.arange(n) + shift) % n])
+
+        causal.interchange_hook = misrouted
 
     from experiments.rundir import RunDir
     from experiments.stages.causal import causal_stage
@@ -43,7 +62,7 @@ def main() -> None:
     config = StudyConfig.from_dict(rd.config()["stages"]["study"]["config"])
     settings = replace(config.causal_settings(), when="always")
     saved = rd.file(RunDir.CAUSAL).read_bytes() if rd.file(RunDir.CAUSAL).exists() else None
-    print(f"run {a.run}: drawings {'greedy' if settings.temperature == 0 else f'sampled at {settings.temperature}'}, "
+    print(f"null: {a.null}; run {a.run}: drawings {'greedy' if settings.temperature == 0 else f'sampled at {settings.temperature}'}, "
           f"{settings.max_prompts} prompts a repetition, seeds {a.first_seed}..{a.first_seed + a.reps - 1}")
     try:
         for model in a.models.split(","):
