@@ -339,6 +339,28 @@ def _distance(a: np.ndarray | None, b: np.ndarray | None) -> float:
     return float(np.abs(np.asarray(a) - np.asarray(b)).mean())
 
 
+def _score(o: np.ndarray | None, source: np.ndarray, decoy: np.ndarray) -> float:
+    """How much nearer the source's drawing than the decoy's `o` is: d(o, decoy) - d(o, source). A drawing the
+    sandbox did not accept is as far from one as from the other (0), so a failure is an outcome, never a dropped
+    prompt (dropping them selects on the intervention)."""
+    return 0.0 if o is None else _distance(o, decoy) - _distance(o, source)
+
+
+def rotated(basis: np.ndarray, base: np.ndarray, sources: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The size-matched control of an interchange: per row, the activation the interchange would give, with its move
+    inside span(basis) turned by a random rotation: h + U R U^T (h_source - h), |R U^T (h_source - h)| =
+    |U^T (h_source - h)|. The same distance moved, in the same subspace, towards no prompt in particular."""
+    r = basis.shape[1]
+    out = np.empty_like(sources)
+    for i in range(len(sources)):
+        q, rr = np.linalg.qr(rng.normal(size=(r, r)))
+        q = q * np.sign(np.diag(rr))  # a uniform (Haar) rotation
+        move = basis.T @ (sources[i] - base[i])
+        # the row that, put through interchange_hook, gives h + U q move: h + U U^T (x - h) = h + U q move
+        out[i] = base[i] + basis @ (q @ move)
+    return out
+
+
 def pool_drawer(blocks: int | None = None) -> Callable[[Sequence[str]], list[np.ndarray | None]]:
     """A `draw` for `causal_site`: every text through the sandbox's process pool (model output is hostile), each
     valid drawing's occupancy (flattened), None for one the sandbox did not accept."""
@@ -382,17 +404,22 @@ def causal_site(rt: Any, prompts: Sequence[Sequence[int]], targets: np.ndarray, 
     """Is the layout a probe reads at (layer, last prompt token) used by what the model then draws? Interchange and
     erasure along the targets' concept subspace, each against a control, on continuous targets (the stage's test).
 
-    **Interchange (the test).** Each base prompt i gets two other prompts with different unpatched drawings, a
-    source j and a decoy k, drawn at random; the component of i's activation in the concept's subspace (`pattern`
-    of the targets' first `rank` principal components) is replaced by j's, and i's new drawing o_i' is compared with
-    its unpatched one o_i: effect_i = [d(o_i', o_k) - d(o_i', o_j)] - [d(o_i, o_k) - d(o_i, o_j)] (d: mean absolute
-    difference per occupancy cell), how much nearer the source than the decoy the drawing moved; exactly 0 when the
-    drawing did not change. Positive: the drawing moved towards the prompt whose activation was put in, not towards
-    an unrelated one. Under "the drawing does not read that subspace" j and k are exchangeable (which is the source
-    is a coin flip), so effect_i is symmetric about 0 whatever the intervention does to the drawing otherwise (a
-    generic disruption moves o_i' as far towards j as towards k): the sign-flip p and the grouped interval of
-    `pair_inference` are valid without a model of the disruption. This is the continuous form of the interchange
-    intervention accuracy (Geiger et al.).
+    **Interchange (the test).** Each base prompt i gets two other prompts with valid, different unpatched drawings, a
+    source j and a decoy k, drawn at random. Two arms move i's activation inside the concept's subspace U (`pattern`
+    of the targets' first `rank` principal components) by the same distance: the interchange puts in j's component
+    (h + U U^T (h_j - h)), the control turns that move by a random rotation inside U (`rotated`: the same size, towards
+    no prompt). With score(o) = d(o, o_k) - d(o, o_j) (d: mean absolute difference per occupancy cell, o_j and o_k the
+    unpatched drawings; a drawing that fails scores 0, as far from one as from the other), effect_i = score(o_i') -
+    score(o_i''): how much nearer the source than the decoy the interchanged drawing is, beyond what a move of the
+    same size gives; exactly 0 when neither arm changed the drawing. Positive: the drawing follows the content put in.
+    If the drawing depends on the move only through its size (and on anything independent of which of j and k is
+    the source), the two arms are exchangeable given the pair and which of j, k is the source is a coin flip, so
+    effect_i is symmetric about 0: the sign-flip p of `pair_inference` is valid. Without the control a disruption
+    that grows with the move's size (a larger move when the source's layout differs more) pushes drawings towards
+    far sources and read as "used" in 78-92% of such nulls (an outside attack's fakes); with it, 0-4%. The interval
+    treats the base prompts (or groups) as independent while sources and decoys are shared among them: it can
+    under-cover when a few prompts drive the effect as sources (85% and 60% in the attack's designs), which is why the
+    verdict also needs the p. This is the continuous form of the interchange intervention accuracy (Geiger et al.).
     **Erasure (reported beside it).** LEACE of the concept at the site, against LEACE of the same number of
     directions fitted to the targets shuffled over prompts (a seeded permutation): effect_i = d(erased_i, o_i) -
     d(control_i, o_i), how much further the drawing moved from the unpatched one than under an erasure of the same
@@ -423,22 +450,31 @@ def causal_site(rt: Any, prompts: Sequence[Sequence[int]], targets: np.ndarray, 
     from interp.pair_effects import pair_inference
     from interp.runtime import Sampling, StopRule
 
-    n = len(prompts)
-    y = np.asarray(targets, dtype=np.float64).reshape(n, -1) if len(targets) == n else None
-    if y is None:
-        raise ValueError(f"targets: one row per prompt ({n} prompts), got {len(targets)}")
+    n = len(prompts) if isinstance(prompts, Sequence) and not isinstance(prompts, (str, bytes)) else -1
     if n < 4:
-        raise ValueError(f"at least 4 prompts are needed (a base, a source, a decoy and one more), got {n}")
+        raise ValueError(f"prompts: a list of at least 4 token-id lists (a base, a source, a decoy and one more), got "
+                         f"{'none' if n < 0 else n}")
+    if any(not isinstance(p, Sequence) or isinstance(p, (str, bytes)) or len(p) == 0 for p in prompts):
+        raise ValueError("prompts: each prompt is a non-empty list of token ids")
+    try:
+        y = np.asarray(targets, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("targets: one row of numbers per prompt ([n, k])") from None
+    if y.ndim == 0 or len(y) != n:
+        raise ValueError(f"targets: one row per prompt ({n} prompts), got {len(y) if y.ndim else 'a scalar'}")
+    y = y.reshape(n, -1)
     if not np.isfinite(y).all():
         raise ValueError("targets hold NaN or inf")
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
         raise ValueError(f"rank must be an integer >= 1, not {rank!r}")
-    bad = [m for m in methods if m not in ("interchange", "erasure")]
-    if bad or not methods:
-        raise ValueError(f"methods: 'interchange' and/or 'erasure', not {list(methods)!r}")
-    if not 0 <= layer <= rt.info.n_layers:
-        raise ValueError(f"layer must lie in 0..{rt.info.n_layers} (n_layers: the last block's output), not {layer}")
-    if not 0 < level < 1:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, not {seed!r}")
+    if isinstance(methods, str) or not methods or any(m not in ("interchange", "erasure") for m in methods):
+        raise ValueError(f"methods: 'interchange' and/or 'erasure', not {methods!r}")
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer <= rt.info.n_layers:
+        raise ValueError(f"layer must be an integer in 0..{rt.info.n_layers} (n_layers: the last block's output), not "
+                         f"{layer!r}")
+    if not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), not {level}")
     if sampling is not None and len(sampling) != n:
         raise ValueError(f"sampling: one Sampling per prompt ({n}), got {len(sampling)}")
@@ -455,10 +491,23 @@ def causal_site(rt: Any, prompts: Sequence[Sequence[int]], targets: np.ndarray, 
     toks = [list(p) for p in prompts]
     acts = rt.capture(toks, [[len(p) - 1] for p in toks], [layer])[:, 0, 0].double().numpy()
     rng = np.random.default_rng(seed)
+    shape: list[tuple[int, ...]] = []
 
     def drawings(hooks: list[Any]) -> list[np.ndarray | None]:
         gens = rt.generate(toks, sampling, stop, hooks=hooks)
-        return draw([o + g.text for o, g in zip(openers, gens)])
+        out = list(draw([o + g.text for o, g in zip(openers, gens)]))
+        if len(out) != n:
+            raise ValueError(f"draw returned {len(out)} occupancies for {n} texts: it must return one per text (None "
+                             "for a drawing the sandbox did not accept)")
+        out = [None if o is None else np.asarray(o, dtype=np.float64).ravel() for o in out]
+        for o in out:
+            if o is not None:
+                if not shape:
+                    shape.append(o.shape)
+                if o.shape != shape[0] or not np.isfinite(o).all():
+                    raise ValueError(f"draw returned an occupancy of shape {o.shape} (or with NaN) beside {shape[0]}: "
+                                     "every valid drawing must give finite occupancies of one shape")
+        return out
 
     none = drawings([])
     res = CausalResult(layer, n)
@@ -468,26 +517,31 @@ def causal_site(rt: Any, prompts: Sequence[Sequence[int]], targets: np.ndarray, 
         src = np.array([p[0] if p else i for i, p in enumerate(pairs)])
         basis = pattern(acts, z)
         moved = drawings([(name, interchange_hook(basis, acts[src]))])
+        turned = drawings([(name, interchange_hook(basis, rotated(basis, acts, acts[src], rng)))])
         eff, keep = [], []
         for i, p in enumerate(pairs):
-            # towards the source minus towards the decoy, each measured from the unpatched drawing: exactly 0 for a
-            # drawing the interchange left as it was (a plain d(o', decoy) - d(o', source) would add the pair draw's
-            # own noise to an unchanged drawing)
-            e = float("nan") if p is None else (
-                (_distance(moved[i], none[p[1]]) - _distance(moved[i], none[p[0]]))
-                - (_distance(none[i], none[p[1]]) - _distance(none[i], none[p[0]])))
-            res.rows.append({"method": "interchange", "prompt": i, "source": p[0] if p else None,
-                             "decoy": p[1] if p else None, "effect": None if np.isnan(e) else e,
-                             "drew": moved[i] is not None, "kept": bool(moved[i] is not None and none[i] is not None
-                                                                         and _distance(moved[i], none[i]) <= SAME)})
-            if not np.isnan(e):
+            e = None
+            if p is not None:
+                sj, sk = none[p[0]], none[p[1]]
+                e = _score(moved[i], sj, sk) - _score(turned[i], sj, sk)
                 eff.append(e)
                 keep.append(i)
+            res.rows.append({"method": "interchange", "prompt": i, "source": p[0] if p else None,
+                             "decoy": p[1] if p else None, "effect": e,
+                             "drew": moved[i] is not None, "control_drew": turned[i] is not None,
+                             "kept": _same(moved[i], none[i]), "control_kept": _same(turned[i], none[i])})
+        ic = [r for r in res.rows if r["method"] == "interchange"]
+        why = None if len(eff) >= 2 else ("fewer than 2 prompts have two other prompts with valid, different unpatched "
+                                          "drawings (a source and a decoy): every drawing alike, or failed")
         res.summary["interchange"] = {**base, **_effect_summary(eff, keep, groups, level, seed, pair_inference),
                                       "excluded": n - len(keep), "subspace_rank": int(basis.shape[1]),
-                                      "kept": _share([r["kept"] for r in res.rows if r["method"] == "interchange"]),
-                                      "procedure": "interchange along the concept's subspace: drawing nearer the source "
-                                                   "than a decoy prompt, sign flips"}
+                                      "kept": _share([r["kept"] for r in ic]),
+                                      "control_kept": _share([r["control_kept"] for r in ic]),
+                                      "failed": int(sum(not r["drew"] for r in ic)),
+                                      "control_failed": int(sum(not r["control_drew"] for r in ic)),
+                                      **({"reason": why} if why else {}),
+                                      "procedure": "interchange along the concept's subspace against the same move "
+                                                   "turned at random: drawing nearer the source than a decoy, sign flips"}
     if "erasure" in methods:
         perm = rng.permutation(n)
         eraser, control = leace(acts, z), leace(acts, z[perm])
@@ -497,10 +551,7 @@ def causal_site(rt: Any, prompts: Sequence[Sequence[int]], targets: np.ndarray, 
         for i in range(n):
             e = _distance(erased[i], none[i]) - _distance(ctl[i], none[i])
             res.rows.append({"method": "erasure", "prompt": i, "effect": None if np.isnan(e) else e,
-                             "kept": bool(erased[i] is not None and none[i] is not None
-                                          and _distance(erased[i], none[i]) <= SAME),
-                             "control_kept": bool(ctl[i] is not None and none[i] is not None
-                                                  and _distance(ctl[i], none[i]) <= SAME)})
+                             "kept": _same(erased[i], none[i]), "control_kept": _same(ctl[i], none[i])})
             if not np.isnan(e):
                 eff.append(e)
                 keep.append(i)
@@ -511,6 +562,11 @@ def causal_site(rt: Any, prompts: Sequence[Sequence[int]], targets: np.ndarray, 
                                   "procedure": "LEACE of the concept against LEACE of shuffled targets: how much further "
                                                "the drawing moved (descriptive)"}
     return res
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Both drawings valid and equal (to SAME per cell)."""
+    return bool(a is not None and b is not None and _distance(a, b) <= SAME)
 
 
 def _share(flags: list[bool]) -> float | None:
@@ -538,16 +594,18 @@ def causal_outcome(readable: bool | None, interchange: dict[str, Any] | None, al
     """The verdict rule (one of OUTCOMES): "not-readable" when the probe at the site does not decode the target (its
     interval does not exclude 0; nothing to move); "used" when the interchange's effect has p <= alpha and its
     interval lies above 0; "readable-not-shown" when readable and not that; "no-test" when readability or the
-    interchange's statistic is missing."""
+    interchange's statistic is missing, or when its design cannot reach p <= alpha (too few groups: min_p > alpha)."""
     if readable is None:
         return "no-test"
     if not readable:
         return "not-readable"
     if not interchange or interchange.get("p") is None or interchange.get("effect_lo") is None:
         return "no-test"
+    if (interchange.get("min_p") or 0) > alpha:  # too few groups: this design cannot reject, so it shows nothing
+        return "no-test"
     return "used" if interchange["p"] <= alpha and interchange["effect_lo"] > 0 else "readable-not-shown"
 
 
 __all__ = ["BASES", "OUTCOMES", "CausalResult", "Eraser", "causal_outcome", "causal_site", "causal_test", "concept",
-           "drawn_layout", "erase_hook", "interchange_hook", "leace", "pattern", "pool_drawer", "readout", "subspace",
+           "drawn_layout", "erase_hook", "interchange_hook", "leace", "pattern", "pool_drawer", "readout", "rotated", "subspace",
            "wilson"]

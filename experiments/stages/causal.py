@@ -5,7 +5,8 @@ reads at the last prompt token drives what the model draws. This stage asks it o
 site where its layout probe is best (the `own` target at the `last` position: the layer with the highest R^2):
 
 1. **Readable?** The probe stage's best-layer row at that position (nested CV over layers, so the choice of layer
-   is inside the folds): its R^2 interval must lie above 0. If it does not, nothing is moved ("not readable";
+   is inside the folds) and the row of the layer moved (the one that nested CV chose most often) must both have
+   their R^2 interval above 0. If it does not, nothing is moved ("not readable";
    `when="always"` runs the interventions anyway and still says "not readable").
 2. **Used?** `interp.causal.causal_site` on the prompts with a target: the interchange along the targets' concept
    subspace (each drawing measured nearer its source prompt than a random decoy, a randomisation test whose p and
@@ -71,19 +72,34 @@ class CausalSettings:
 
 def site_of(probes: list[dict[str, Any]], model: str, s: CausalSettings) -> dict[str, Any] | None:
     """The site where `model`'s own-target probe is best at the settings' position, and whether it is readable there:
-    {layer, r2 (that layer's), best_r2, best_ci (the nested-CV row over layers), readable, n}; None without probe rows."""
+    {layer, r2 (that layer's repeated-CV mean), layer_ci, best_r2, best_ci, readable, n}; None without probe rows.
+
+    The layer is the one the nested CV over layers chose most often in its outer folds (the `best` row's `chosen`;
+    ties: the higher per-layer R^2, then the lower layer), so the layer moved is the one the readable probe uses;
+    without `chosen`, the layer with the highest repeated-CV R^2. Readable: the best row's interval (the choice of
+    layer inside the folds) *and* that layer's own interval lie above 0."""
     rows = [r for r in probes if r.get("model") == model and r.get("task") == s.task and r.get("target") == "own"
             and r.get("features") == "resid" and r.get("position") == s.position]
-    layers = [r for r in rows if isinstance(r.get("layer"), int) and r.get("r2") is not None]
+    layers = {r["layer"]: r for r in rows if isinstance(r.get("layer"), int) and r.get("r2") is not None}
     best = next((r for r in rows if r.get("layer") == "best"), None)
     if not layers or best is None:
         return None
-    # the first of equal R^2 (rounded: no choice rests on the last bits of a float)
-    top = max(layers, key=lambda r: (round(r["r2"], 6), -r["layer"]))
+
+    def r2(r: dict[str, Any]) -> float:  # rounded: no choice rests on the last bits of a float
+        return round(r.get("r2_mean") if r.get("r2_mean") is not None else r["r2"], 6)
+
+    votes: dict[int, int] = {}
+    for c in best.get("chosen") or []:
+        if isinstance(c, dict) and c.get("layer") in layers:
+            votes[c["layer"]] = votes.get(c["layer"], 0) + 1
+    pick = (max(votes, key=lambda li: (votes[li], r2(layers[li]), -li)) if votes
+            else max(layers, key=lambda li: (r2(layers[li]), -li)))
     ci = best.get("ci") or [None, None]
-    readable = None if ci[0] is None else bool(ci[0] > 0)
-    return {"layer": top["layer"], "r2": top["r2"], "best_r2": best.get("r2"), "best_ci": ci, "readable": readable,
-            "n": best.get("n_prompts", top.get("n_prompts")), "grouping": best.get("grouping")}
+    own = layers[pick].get("ci") or [None, None]
+    readable = None if ci[0] is None or own[0] is None else bool(ci[0] > 0 and own[0] > 0)
+    return {"layer": pick, "r2": r2(layers[pick]), "layer_ci": own, "chosen_by": "nested CV" if votes else "best R^2",
+            "best_r2": best.get("r2"), "best_ci": ci, "readable": readable,
+            "n": best.get("n_prompts", layers[pick].get("n_prompts")), "grouping": best.get("grouping")}
 
 
 def causal_stage(rt: Any, run: Any, model: str, s: CausalSettings = CausalSettings(),
@@ -148,11 +164,14 @@ def _causal_stage(rt: Any, rd: RunDir, model: str, s: CausalSettings, say: Calla
     say(f"{model}: causal test at layer {site['layer']} ({s.position}) on {len(ids)} prompts: "
         f"{' and '.join(s.methods)}, {row['drawings']}")
     seed = derive_seed(s.seed, model, s.task, "causal")
-    res = causal_site(rt, [b.tokens for b in built], np.stack([cons[p]["own"] for p in ids]), site["layer"],
-                      rank=s.rank, methods=s.methods, seed=seed, groups=None if groups is None else list(groups),
-                      level=s.level, sampling=sampling,
-                      stop=StopRule(max_new_tokens=s.max_new_tokens, open_fence=built[0].open_fence),
-                      openers=[b.opener for b in built])
+    try:
+        res = causal_site(rt, [b.tokens for b in built], np.stack([cons[p]["own"] for p in ids]), site["layer"],
+                          rank=s.rank, methods=s.methods, seed=seed, groups=None if groups is None else list(groups),
+                          level=s.level, sampling=sampling,
+                          stop=StopRule(max_new_tokens=s.max_new_tokens, open_fence=built[0].open_fence),
+                          openers=[b.opener for b in built])
+    except ValueError as e:  # e.g. targets that do not vary over these prompts: one sentence, the run unchanged
+        raise RunError(f"{model}: the causal test cannot run here: {e}") from None
     row.update(seed=seed, grouping="groups" if groups is not None else "prompts",
                methods={m: {k: (json_number(v) if isinstance(v, float) else v) for k, v in sm.items()}
                         for m, sm in res.summary.items()},
@@ -160,6 +179,11 @@ def _causal_stage(rt: Any, rd: RunDir, model: str, s: CausalSettings, say: Calla
                             **{k: ids[r[k]] for k in ("source", "decoy") if r.get(k) is not None}}
                            for r in res.rows])
     row["outcome"] = causal_outcome(site["readable"], row["methods"].get("interchange"), s.alpha)
+    ic = row["methods"].get("interchange") or {}
+    if row["outcome"] == "no-test":
+        row["reason"] = ic.get("reason") or (
+            f"the interchange's design cannot reach p <= {s.alpha:g} (min p {ic.get('min_p')}: too few groups)"
+            if (ic.get("min_p") or 0) > s.alpha else "the interchange's statistic is missing")
     return _write(rd, model, s, row)
 
 
@@ -177,8 +201,9 @@ def verdict(row: dict[str, Any]) -> str:
     """The causal row's verdict in words that say what its test showed (the rule: `interp.causal.causal_outcome`)."""
     site = row.get("site") or {}
     where = f"layer {site.get('layer')}, `{row.get('position', 'last')}`" if site else "no site"
-    read = (f"probe R^2 {_fmt(site.get('best_r2'))} [{_fmt((site.get('best_ci') or [None])[0])}, "
-            f"{_fmt((site.get('best_ci') or [None, None])[1])}] (nested CV over layers, n {site.get('n')})") if site else ""
+    bc, lc = site.get("best_ci") or [None, None], site.get("layer_ci") or [None, None]
+    read = (f"probe R^2 {_fmt(site.get('best_r2'))} [{_fmt(bc[0])}, {_fmt(bc[1])}] (nested CV over layers, n "
+            f"{site.get('n')}), at this layer {_fmt(site.get('r2'))} [{_fmt(lc[0])}, {_fmt(lc[1])}]") if site else ""
     ic = (row.get("methods") or {}).get("interchange") or {}
     eff = (f"interchange effect {_fmt(ic.get('effect'))} [{_fmt(ic.get('effect_lo'))}, {_fmt(ic.get('effect_hi'))}], "
            f"p {_fmt(ic.get('p'), 4)}, n {ic.get('n')} prompts "

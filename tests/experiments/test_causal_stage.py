@@ -20,11 +20,12 @@ from experiments.stages.causal import CausalSettings, causal_stage, site_of, ver
 from interp.causal import causal_outcome
 
 
-def _probe_rows(model="m", r2s=(0.1, 0.6, 0.4), best_ci=(0.3, 0.8)):
+def _probe_rows(model="m", r2s=(0.1, 0.6, 0.4), best_ci=(0.3, 0.8), chosen=None):
     rows = [{"model": model, "task": "layout", "target": "own", "features": "resid", "position": "last", "layer": i,
-             "r2": r, "n_prompts": 40} for i, r in enumerate(r2s)]
+             "r2": r, "r2_mean": r, "ci": [r - 0.2, r + 0.2], "n_prompts": 40} for i, r in enumerate(r2s)]
     rows.append({"model": model, "task": "layout", "target": "own", "features": "resid", "position": "last",
-                 "layer": "best", "r2": max(r2s), "ci": list(best_ci), "n_prompts": 40})
+                 "layer": "best", "r2": max(r2s), "ci": list(best_ci), "n_prompts": 40,
+                 "chosen": [{"layer": c, "k": 4, "alpha": 1.0} for c in (chosen or [])]})
     rows.append({"model": model, "task": "layout", "target": "own", "features": "resid", "position": "turn", "layer": 0,
                  "r2": 0.99, "n_prompts": 40})  # another position: never the site
     return rows
@@ -38,15 +39,22 @@ def test_the_site_is_the_best_layer_and_readability_is_the_nested_cv_interval():
     assert site_of(_probe_rows(best_ci=(None, None)), "m", s)["readable"] is None
     assert site_of(_probe_rows(r2s=(0.5, 0.5 + 1e-9, 0.2)), "m", s)["layer"] == 0  # no choice on the last bits
     assert site_of(_probe_rows(), "other", s) is None
+    # the layer moved is the one the nested CV chose most often (the readable probe's), not the best single layer;
+    # and it must be readable itself (the outside attack's case: the best row readable, the moved layer not)
+    voted = site_of(_probe_rows(r2s=(0.1, 0.6, 0.15), chosen=[2, 2, 1]), "m", s)
+    assert voted["layer"] == 2 and voted["chosen_by"] == "nested CV" and voted["readable"] is False
+    assert site_of(_probe_rows(r2s=(0.1, 0.6, 0.4), chosen=[2, 2, 1]), "m", s)["readable"] is True
 
 
 def test_the_rule_and_its_words():
-    used = {"p": 0.001, "effect_lo": 0.1, "effect": 0.2, "effect_hi": 0.3, "n": 30, "n_groups": 10}
+    used = {"p": 0.001, "effect_lo": 0.1, "effect": 0.2, "effect_hi": 0.3, "n": 30, "n_groups": 10, "min_p": 0.002}
     assert causal_outcome(True, used) == "used"
     assert causal_outcome(True, {**used, "p": 0.2}) == "readable-not-shown"
     assert causal_outcome(True, {**used, "effect_lo": -0.01}) == "readable-not-shown"
     assert causal_outcome(False, used) == "not-readable"  # an effect without a readable probe is not "used"
     assert causal_outcome(None, used) == "no-test" and causal_outcome(True, None) == "no-test"
+    # 4 groups cannot reach 0.05 (min p 0.125): no test, never "not shown" (the attack's case)
+    assert causal_outcome(True, {**used, "p": 0.125, "min_p": 0.125, "n_groups": 4}) == "no-test"
     site = {"layer": 3, "best_r2": 0.5, "best_ci": [0.2, 0.7], "n": 30}
     words = {o: verdict({"outcome": o, "site": site, "grouping": "groups", "methods": {"interchange": used}})
              for o in ("used", "readable-not-shown", "not-readable")}

@@ -238,3 +238,99 @@ def test_causal_site_checks_its_arguments_first(planner):
     finally:
         rt.generate = real
     assert not calls  # nothing was drawn
+
+
+# --------------------------------------------------------------------------- the test's size on nulls that move
+
+class _Fake:
+    """A pure-Python runtime for `causal_site` (from issue 41's outside attack): prompt i's last-token activation is
+    its layout (16 cells) times a fixed matrix plus noise; unpatched it draws its own layout; under a hook,
+    `react(i, h, h_patched, fake)` gives the drawing (16 cells, or None for a failure)."""
+
+    K = 16
+
+    def __init__(self, seed, react, n=64, d=32):
+        import types
+
+        rng = np.random.default_rng(seed)
+        classes = (rng.random((4, self.K)) < 0.5).astype(float)
+        self.layouts = classes[rng.integers(0, 4, n)]
+        self.acts = self.layouts @ rng.normal(size=(self.K, d)) + 0.5 * rng.normal(size=(n, d))
+        self.scale = float(np.sqrt(((self.acts - self.acts.mean(0)) ** 2).sum(1).mean()))
+        self.react, self.rng = react, np.random.default_rng(seed + 1)
+        self.info = types.SimpleNamespace(n_layers=2)
+
+    def hook_names(self, layers):
+        return [f"blocks.{x}.hook_resid_pre" for x in layers]
+
+    def capture(self, toks, positions, layers):
+        import torch
+
+        return torch.as_tensor(self.acts[[t[0] for t in toks]])[:, None, None, :]
+
+    def generate(self, toks, sampling, stop, hooks=()):
+        import types
+
+        import torch
+
+        idx = [t[0] for t in toks]
+        h = torch.as_tensor(self.acts[idx])
+        if hooks:
+            x = torch.stack([torch.zeros_like(h), h], 1)  # the last column is the last prompt token
+            for _, fn in hooks:
+                x = fn(x)
+            out = [self.react(i, h[r].numpy(), x[r, -1].numpy(), self) for r, i in enumerate(idx)]
+        else:
+            out = [self.layouts[i] for i in idx]
+        return [types.SimpleNamespace(text="FAIL" if o is None else "".join(str(int(v)) for v in o)) for o in out]
+
+
+def _drawn(texts):
+    return [None if t == "FAIL" else np.array([float(c) for c in t]) for t in texts]
+
+
+def _used_share(react, seeds):
+    hits = 0
+    for s in seeds:
+        rt = _Fake(s, react)
+        ic = causal.causal_site(rt, [[i] for i in range(64)], rt.layouts, 1, methods=("interchange",), seed=s,
+                                draw=_drawn).summary["interchange"]
+        hits += causal.causal_outcome(True, ic) == "used"
+    return hits / len(seeds)
+
+
+def _noise_by_size(i, h, hp, rt):
+    """Never reads the layout: cells flip with a probability that grows with the move's size (a larger move when the
+    source's layout differs more), the disruption that made the uncontrolled test say "used" in 78% of data sets."""
+    o = rt.layouts[i].copy()
+    flip = rt.rng.random(rt.K) < min(0.5, 0.5 * np.linalg.norm(hp - h) / rt.scale)
+    o[flip] = 1 - o[flip]
+    return o
+
+
+def _fails_by_size(i, h, hp, rt):
+    """Never reads the layout: a large move makes the drawing fail (a failure is an outcome, never dropped)."""
+    return None if np.linalg.norm(hp - h) > 0.8 * rt.scale else rt.layouts[i]
+
+
+def _decodes(i, h, hp, rt):
+    """Reads the layout: draws the layout of the prompt whose activation is nearest the patched one."""
+    return rt.layouts[np.argmin(((rt.acts - hp) ** 2).sum(1))]
+
+
+def test_a_disruption_that_grows_with_the_move_is_not_called_used_and_a_reader_is():
+    """The size-matched control (the same move turned at random inside the subspace): on nulls whose drawings move
+    more when the source is farther, "used" stays rare (measured 3.5% and 0% over 200 data sets; the bound here is
+    3 standard errors above 5% at 60), while a model that decodes the patched activation is "used" every time. The
+    broken variant, a control that does not move (the uncontrolled test), says "used" on the first null most of the
+    time and fails."""
+    seeds = range(60)
+    assert _used_share(_noise_by_size, seeds) <= 0.14
+    assert _used_share(_fails_by_size, seeds) <= 0.14
+    assert _used_share(_decodes, range(10)) == 1.0
+    real = causal.rotated
+    try:
+        causal.rotated = lambda basis, base, sources, rng: base.copy()  # the control arm left unpatched
+        assert _used_share(_noise_by_size, range(30)) >= 0.5
+    finally:
+        causal.rotated = real
