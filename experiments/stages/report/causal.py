@@ -26,9 +26,10 @@ def section(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answe
                    "interval lies above 0), the component of the residual stream along the layout's concept (the "
                    "targets' first principal components) is replaced by another prompt's, and the drawing is compared "
                    "with that source prompt's and with a random decoy prompt's: the effect is how much nearer the "
-                   "source than the decoy the drawing moved (0 when it did not change), with a grouped interval and a "
-                   "sign-flip p (the source and the decoy are exchangeable when the drawing does not read the site, so "
-                   "the test needs no model of how the intervention disturbs it). LEACE erasure of the concept is "
+                   "source than the decoy the drawing is, beyond what the same move turned in a random direction of "
+                   "the subspace gives (0 when neither changed the drawing), with a grouped interval and a sign-flip p "
+                   "(when the drawing does not read the site's content, source and decoy are exchangeable and the "
+                   "control absorbs how much a move of that size disturbs the drawing). LEACE erasure of the concept is "
                    "reported beside it, against erasing as many directions fitted to shuffled targets (descriptive). "
                    "The same test on the organisms is in the validation table: a plan the drawing follows comes out "
                    "used, a model with nothing to use does not (docs/causal.md).")]
