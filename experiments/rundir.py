@@ -29,245 +29,33 @@ order, with one spelling everywhere: resume checks, the `key` column of the rend
 derived work (continuations, patching, steering) and the grouping of every table. A key that leaves a
 field out is how a second model's work was once silently skipped (its programs coincided with the
 first model's), so derived stages key their units on the whole attempt key plus their own fields.
+
+Each piece has a module of its own and is imported from here: the errors (`experiments.run_errors`), the checked
+rows and atomic files (`experiments.jsonl`), the keys and seeds (`experiments.keys`) and the settings record
+(`experiments.run_settings`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
 import json
 import os
 import socket
 import sys
-import zlib
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-#: the canvas medium of the paper; SVG attempts have medium "svg"; other canvas media (v1-48, outline)
-#: are named as `bench.canvas.medium.get_medium` names them
-DEFAULT_MEDIUM = "v1"
-
-
-class RunError(ValueError):
-    """A run directory that cannot be used as asked (one sentence for the user)."""
-
-
-class RowError(RunError):
-    """A JSONL line that is not a whole, checked row (edited or corrupted)."""
-
-
-class AttemptKey(NamedTuple):
-    model: str
-    task: str
-    protocol: str
-    medium: str
-    prompt_id: str
-    sample: int
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> "AttemptKey":
-        """The key of a row of generations.jsonl (or of any row that carries the attempt's fields)."""
-        return cls(str(row["model"]), str(row["task"]), str(row["protocol"]), str(row.get("medium", DEFAULT_MEDIUM)),
-                   str(row["prompt_id"]), int(row["sample"]))
-
-    @property
-    def json(self) -> str:
-        """The key as stored in the render store (a JSON list in field order)."""
-        return json.dumps(list(self))
-
-    @property
-    def arm(self) -> str:
-        """The generation arm: `protocol` for the paper's canvas medium, `medium/protocol` otherwise."""
-        return self.protocol if self.medium == DEFAULT_MEDIUM else f"{self.medium}/{self.protocol}"
-
-    def fields(self) -> dict[str, Any]:
-        return self._asdict()
-
-
-def arm_of(row: Mapping[str, Any]) -> str:
-    return AttemptKey.of(row).arm
-
-
-def parse_arm(label: str) -> tuple[str, str]:
-    """(medium, protocol) of an arm label such as `few-shot-2` or `svg/few-shot-2`."""
-    medium, sep, protocol = label.rpartition("/")
-    return (medium if sep else DEFAULT_MEDIUM), protocol
-
-
-def derive_seed(*key: Any) -> int:
-    """A 60-bit seed from sha256 of the JSON of `key`: the same key, the same seed, on any machine."""
-    return int(hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:15], 16)
-
-
-def content_hash(*parts: Any) -> str:
-    """A short hash of what produced a row (JSON of the parts), for content-keyed resume."""
-    return hashlib.sha256(json.dumps(list(parts), sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
-
-
-def safe_name(model: str) -> str:
-    """A file name for a model name or path (the activation store's name)."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model.strip("/"))[-80:]
-
-
-# --------------------------------------------------------------------------- rows
-
-
-def _crc(row: Mapping[str, Any]) -> str:
-    body = {k: v for k, v in row.items() if k != "_crc"}
-    return f"{zlib.crc32(json.dumps(body, sort_keys=True, ensure_ascii=False).encode('utf-8')) & 0xFFFFFFFF:08x}"
-
-
-def encode_row(row: Mapping[str, Any]) -> str:
-    """One JSONL line: sorted keys, raw unicode, and its checksum."""
-    body = {k: v for k, v in row.items() if k != "_crc"}
-    return json.dumps({**body, "_crc": _crc(body)}, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def _split(data: bytes) -> tuple[list[bytes], bytes]:
-    """(complete lines, the bytes after the last newline)."""
-    cut = data.rfind(b"\n") + 1
-    # split at "\n" only: str.splitlines would also split at U+2028 and other separators that a model's
-    # text carries inside a JSON string (rows are written with ensure_ascii=False)
-    return data[:cut].split(b"\n")[:-1], data[cut:]
-
-
-def parse_rows(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """(rows, length of the valid prefix in bytes). A last line without its newline is kept when it is a
-    whole row with a good checksum and dropped (a torn write) otherwise; any other bad line is an error."""
-    lines, tail = _split(data)
-    rows: list[dict[str, Any]] = []
-    good = 0
-    for n, line in enumerate(lines, 1):
-        good += len(line) + 1
-        if not line.strip():
-            continue
-        rows.append(_decode(path, n, line))
-    if tail.strip():
-        try:
-            row = _decode(path, len(lines) + 1, tail)
-        except RunError:
-            return rows, good  # a torn last line: the write that a kill interrupted
-        rows.append(row)
-        good += len(tail)
-    return rows, good
-
-
-def _decode(path: Path, n: int, line: bytes) -> dict[str, Any]:
-    try:
-        row = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise RowError(f"{path}: line {n} is not JSON; the file was edited or corrupted") from None
-    if not isinstance(row, dict):
-        raise RowError(f"{path}: line {n} is not a JSON object; the file was edited or corrupted")
-    if "_crc" not in row:  # every row the run writes has one: deleting it is how a row is edited unnoticed
-        raise RowError(f"{path}: line {n} has no checksum; the file was edited or corrupted")
-    if row["_crc"] != _crc(row):
-        raise RowError(f"{path}: line {n} fails its checksum; the file was edited or corrupted")
-    return {k: v for k, v in row.items() if k != "_crc"}
-
-
-def lenient_rows(path: Path, data: bytes) -> tuple[list[dict[str, Any]], list[tuple[int, str, dict[str, Any] | None]]]:
-    """(the whole, checked rows; the bad lines as (line number, why, the row as it parses or None)): what
-    `ambench repair` keeps and drops. A torn last line is a bad line too."""
-    lines, tail = _split(data)
-    if tail.strip():
-        lines.append(tail)
-    good: list[dict[str, Any]] = []
-    bad: list[tuple[int, str, dict[str, Any] | None]] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            good.append(_decode(path, n, line))
-        except RowError as e:
-            try:
-                parsed = json.loads(line.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                parsed = None
-            why = str(e).split(f"line {n} ", 1)[-1].split(";")[0]
-            bad.append((n, why, parsed if isinstance(parsed, dict) else None))
-    return good, bad
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL file (read-only: the file is never changed; a torn last line is skipped)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    if path.is_dir():
-        raise RunError(f"{path} is a folder, not a JSONL file")
-    return parse_rows(path, path.read_bytes())[0]
-
-
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write a whole file: a temporary name in the same folder, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # a full disk (ENOSPC) or a Ctrl-C mid-write once left `.probes.jsonl.tmp` inside a finished study: the old
-        # file is intact (it is replaced only by the rename), and the half-written copy goes too
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-
-
-def fs_error(e: OSError, path: "str | Path | None" = None) -> str:
-    """One sentence for an error of the file system: the path it happened on and what to do (the CLI's boundary says
-    it instead of a traceback; a read-only run once ended in `OSError: [Errno 30]` on RUN/.lock)."""
-    where = str(path if path is not None else (e.filename if e.filename is not None else "a file"))
-    code = e.errno
-    cache = _in_model_cache(where)
-    if cache is not None and code in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT):
-        # issue 42: a read-only HOME was told to "copy the run to a writable folder" when the model cache was the problem
-        what = {errno.EROFS: "is on a read-only file system", errno.ENOSPC: "has no space left",
-                errno.EDQUOT: "has no space left"}.get(code, "is not writable")
-        return (f"{where} {what}: it is in the model cache ({cache}), where models are converted and organisms trained "
-                "once; set AMBENCH_CACHE to a writable folder with room for them (about 2 GB) and run the command again")
-    if code == errno.EROFS:
-        return f"{where} is on a read-only file system: copy the run to a writable folder and give that folder instead"
-    if code in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left on the device holding {where}: free some space (or give a folder on another disk) and run the "
-                "command again; the files already written are kept")
-    if code in (errno.EACCES, errno.EPERM):
-        return f"permission denied on {where}: give a folder you may write to, or change its permissions"
-    if code == errno.ENOTDIR:
-        return f"{where}: a file stands where a folder is expected; move that file away or give another folder"
-    if code == errno.EEXIST:
-        return f"{where} already exists as a file where a folder is expected; move it away or give another folder"
-    if code == errno.EISDIR:
-        return f"{where} is a folder where a file is expected; give a file"
-    if code == errno.ENOENT:
-        return f"{where}: no such file or folder"
-    return f"{where}: {e.strerror or e}; check the path and the disk, then run the command again"
-
-
-def _in_model_cache(where: str) -> "Path | None":
-    """The model cache's root ($AMBENCH_CACHE, default ~/.cache/ambench) when `where` lies in it, is it, or is a folder
-    above it that making it needed (a read-only HOME fails at ~/.cache), else None."""
-    try:
-        from interp.model_names import cache_dir
-
-        root = Path(cache_dir()).parent.absolute()
-        p = Path(where).absolute()
-    except Exception:  # noqa: BLE001 - no cache to name: the general advice applies
-        return None
-    inside = p == root or root in p.parents
-    above = p in root.parents and p != Path(p.anchor) and p != Path.home().absolute()
-    return root if inside or above else None
+from experiments.jsonl import atomic_write, encode_row, lenient_rows, parse_rows, read_rows  # noqa: F401 - re-exported
+from experiments.keys import (DEFAULT_MEDIUM, AttemptKey, arm_of, content_hash, derive_seed,  # noqa: F401 - re-exported
+                              parse_arm, safe_name)
+from experiments.run_errors import RowError, RunError, fs_error  # noqa: F401 - re-exported
+from experiments.run_settings import SettingsRecord, _diff  # noqa: F401 - re-exported
 
 
 # --------------------------------------------------------------------------- the directory
 
 
-class RunDir:
+class RunDir(SettingsRecord):
     """A run directory: file names, the lock, checked JSONL rows, atomic writes and the settings record."""
 
     # every file name of a run, in one place
@@ -598,62 +386,6 @@ class RunDir:
                 return builtin
             raise RunError(f"no text for {task} prompt {prompt_id!r} in {self.path / self.PROMPTS} or built in")
         return item
-
-    # ------------------------------------------------------------------ settings
-
-    def config(self) -> dict[str, Any]:
-        """The settings record (config.json; empty when absent). A damaged one is refused with the way out: nothing
-        can rebuild it from the rows (`ambench repair` once answered "nothing to repair" while `run` refused it)."""
-        how = ("`ambench repair` cannot rebuild a run's settings record: restore config.json from a copy of the run, or "
-               "run again into another --out")
-        try:
-            cfg = self.json(self.CONFIG)
-        except RunError as e:
-            raise RunError(f"{e}; {how}") from None
-        if cfg is None:
-            return {}
-        if not isinstance(cfg, dict):
-            raise RunError(f"{self.file(self.CONFIG)} is not a JSON object; the file was edited or corrupted; {how}")
-        return cfg
-
-    def record_config(self, section: str, settings: dict[str, Any], fresh: bool = False) -> None:
-        """Record a stage's settings in config.json; refuse to continue a stage with other settings. `fresh`: the
-        stage has no rows here yet (nothing its settings made would be dropped or mixed), so new settings replace
-        the record."""
-        self._need_lock()
-        settings = json.loads(json.dumps(settings))  # as config.json holds it (tuples are lists)
-        config = self.config()
-        stages = config.setdefault("stages", {})
-        old = stages.get(section)
-        if fresh and old is not None and old != settings:
-            stages[section] = settings
-            self.write_json(self.CONFIG, config)
-            return
-        if old is not None and old != settings:
-            changed = sorted(_diff(old, settings))
-            raise RunError(f"{self.path} already has stage {section!r} with other settings ({', '.join(changed)}); "
-                           "repeat its settings, or use another --out to change them")
-        if old is None:
-            stages[section] = settings
-            self.write_json(self.CONFIG, config)
-
-    def record_shard(self, i: int, n: int, phase: str) -> None:
-        """Record which shard of `ambench run --shard i/n` this directory holds and the model phase it reached
-        ("a": generation and capture; "b": interventions and patching too), for `ambench merge`."""
-        self._need_lock()
-        config = self.config()
-        config["shard"] = {"i": i, "n": n, "phase": phase}
-        self.write_json(self.CONFIG, config)
-
-
-def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
-    """Dotted names of the keys whose values differ between two nested dicts."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for k in set(a) | set(b):
-            out += _diff(a.get(k), b.get(k), f"{prefix}{k}.")
-        return out
-    return [] if a == b else [prefix.rstrip(".")]
 
 
 # --------------------------------------------------------------------------- helpers for stages

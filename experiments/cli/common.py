@@ -7,6 +7,9 @@ Validate, then lock, then load, then write (issue 31): the `check_*` helpers her
 arm, device or folder in one sentence before a command takes the run's lock or loads a model, so a refusal leaves
 every file and folder as it found it; `follow_study` keeps a side command on a study to the study's settings; the
 root group turns any `OSError` into one sentence (a read-only folder, a full disk), never a traceback.
+
+How a command refuses (`fail`, `boundary`) is `experiments/cli/refusals.py`, and the checks of a `--run` command's run
+(`check_run`, `check_attempts`, `check_record`...) are `experiments/cli/run_checks.py`; both are imported from here.
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ from typing import Annotated, Any, Iterator, Optional
 
 import typer
 import typer.core
+
+from experiments.cli.refusals import boundary, errors, fail  # noqa: F401 - re-exported
+from experiments.cli.run_checks import (check_attempts, check_record, check_run,  # noqa: F401 - re-exported
+                                        check_store_models, recorded_layers, store_models)
+
 
 class _Group(typer.core.TyperGroup):
     """The root command group: an error of the file system anywhere below it (a read-only folder, a full disk, no
@@ -118,44 +126,6 @@ def show(obj: Any, **kw: Any) -> str:
     return json.dumps(rounded(obj), **kw)
 
 
-def fail(message: str, code: int = 2) -> None:
-    """Print a one-sentence usage error and exit non-zero."""
-    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
-    raise typer.Exit(code)
-
-
-def errors() -> tuple[type[BaseException], ...]:
-    """The exceptions that carry a sentence for the user (raised at a boundary)."""
-    from activations.base import StoreError
-    from experiments.rundir import RunError
-    from experiments.stages.translation import InputError
-    from interp.prompts import PromptError
-
-    from interp.dino import DinoError
-
-    out: list[type[BaseException]] = [RunError, StoreError, PromptError, InputError, DinoError]
-    try:
-        from interp.models import ModelError
-
-        out.append(ModelError)
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(out)
-
-
-@contextlib.contextmanager
-def boundary() -> Iterator[None]:
-    """Turn the errors meant for people into one sentence and exit code 2 (never a traceback)."""
-    try:
-        yield
-    except errors() as e:
-        fail(str(e))
-    except OSError as e:  # the file system's errors too (issue 31): said where they happen, with the path
-        from experiments.rundir import fs_error
-
-        fail(fs_error(e))
-
-
 @contextlib.contextmanager
 def run_writer(path: Path, command: str, create: bool = False, needs: Optional[str] = None) -> Iterator[Any]:
     """The run directory opened for writing: its lock held for the whole command. Only the commands that make
@@ -178,83 +148,6 @@ def run_writer(path: Path, command: str, create: bool = False, needs: Optional[s
         rd.close()
         if not done:  # a refusal leaves no new folder: one made here that holds only the lock goes again (issue 31)
             rd.discard_if_unused()
-
-
-def check_run(run: Path, needs: Optional[str] = None) -> Any:
-    """The run a `--run` command reads or adds to, checked before anything is locked, loaded or written (issues 30,
-    31): the folder exists and is a run (config.json or generations.jsonl, a config.json that reads), and holds what
-    the command needs (`needs`: "activations", or a file name). Returns it opened for reading."""
-    from experiments.rundir import RunDir, need_run
-
-    import errno
-    import os
-
-    from experiments.rundir import fs_error
-
-    with boundary():
-        need_run(run, needs or RunDir.GENERATIONS)
-    if not os.access(run, os.W_OK):  # the folder first: a read-only run is said before any other check or work
-        code = errno.EROFS if os.statvfs(run).f_flag & os.ST_RDONLY else errno.EACCES
-        fail(fs_error(OSError(code, os.strerror(code)), run))
-    rd = RunDir(run)
-    with boundary():  # a settings record that does not read: the commands that follow a study's settings need it whole
-        from experiments.study.checks import refuse_other_release
-
-        refuse_other_release(run, rd.config())  # issue 42: never rewritten in part by another release
-    if needs == "activations":
-        if not rd.activation_stores():
-            fail(f"{run} has no activations: run `ambench capture --out {run}` (or `ambench run`) first")
-    elif needs is not None and not rd.file(needs).exists():
-        fail(f"{run} has no {needs}: run the command that makes it first (`ambench run` makes every file of a study)")
-    return rd
-
-
-def store_models(rd: Any) -> list[str]:
-    """The model names of a run's activation stores (as the run names them)."""
-    import json
-
-    names = []
-    for folder in rd.activation_stores():
-        try:
-            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-            names.append(str(meta.get("name", meta["model"]["name"])))
-        except (OSError, ValueError, KeyError, TypeError):
-            names.append(folder.name)
-    return names
-
-
-def check_store_models(rd: Any, models: Optional[list[str]], option: str = "--models") -> None:
-    """Each model named has activations in the run (one sentence naming the models that do, before anything is
-    written: `selectivity --models nosuch` once wrote a `skipped` selectivity.jsonl and exited 0)."""
-    from experiments.rundir import safe_name
-
-    have = store_models(rd)
-    for m in models or []:
-        if m not in have and safe_name(m) not in {safe_name(h) for h in have}:
-            fail(f"{option} {m!r}: {rd.path} has activations of {', '.join(repr(h) for h in have) or 'no model'} only")
-
-
-def check_attempts(rd: Any, model: str, task: str, samples: Optional[list[int]] = None) -> None:
-    """The run holds attempts of `model` on `task` (one sentence naming those it holds, before the model loads:
-    `trajectory --model <not in the study>` once loaded it, wrote trajectory.jsonl and exited 0, and `intervene`
-    added the model's section to config.json)."""
-    from experiments.rundir import RunDir
-
-    with boundary():
-        rows = rd.rows(RunDir.GENERATIONS)
-    have = [r for r in rows if r.get("model") == model and r.get("task") == task]
-    if have and samples:
-        held = {r.get("sample") for r in have}
-        absent = sorted(set(samples) - held)
-        if absent:  # issue 42: `attention --sample 99` refused after the model load and a config.json section
-            fail(f"--sample {absent[0]}: the run has no such {task} attempt of {model} (its samples are "
-                 f"{', '.join(str(s) for s in sorted(x for x in held if isinstance(x, int)))})")
-    if have:
-        return
-    held = sorted({(str(r.get("model")), str(r.get("task"))) for r in rows})
-    listed = "; ".join(f"{m} ({t})" for m, t in held[:6]) or "none"
-    fail(f"{rd.path} has no {task} attempts of {model}: it holds attempts of {listed}; give --model and --task as the run "
-         f"names them, or generate them first (`ambench generate --model {model} --task {task} --out {rd.path}`)")
 
 
 def check_task(task: str, option: str = "--task") -> None:
@@ -420,33 +313,3 @@ def follow_study(rd: Any, command: str, study: Any, cli: dict[str, tuple[str, An
 
 def _shown(v: Any) -> str:
     return " ".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
-
-
-def check_record(rd: Any, section: str, settings: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
-    """The refusal `RunDir.record_config` makes for another command's other settings, said before the run is locked or
-    the model loads (it once came after the load); `skip`: fields known only once the model is loaded."""
-    import json
-
-    from experiments.rundir import _diff
-
-    with boundary():
-        old = ((rd.config().get("stages") or {}).get(section))
-    if old is None:
-        return
-    new = json.loads(json.dumps(settings))
-    changed = sorted(k for k in _diff(old, new) if k.split(".")[0] not in skip)
-    if changed:
-        fail(f"{rd.path} already has stage {section!r} with other settings ({', '.join(changed)}); repeat its settings, "
-             "or use another --out to change them")
-
-
-def recorded_layers(rd: Any, model: str) -> Optional[int]:
-    """The number of blocks of `model` as the run recorded it when it generated with it (None when unknown), so that
-    a layer option is checked before the model loads."""
-    with boundary():
-        stages = rd.config().get("stages") or {}
-    for k, v in stages.items():
-        info = v.get("model") if isinstance(v, dict) and k.startswith("generate/") else None
-        if isinstance(info, dict) and info.get("name") == model and isinstance(info.get("n_layers"), int):
-            return info["n_layers"]
-    return None

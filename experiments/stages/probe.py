@@ -33,35 +33,37 @@ For every model with `RUN/activations/<model>/` (a folder of parts) and every ta
   `folds`, `perm_moved_share`); `delta_verdict` and `beyond_verdict` put a row in the words its procedure
   allows, the one place the report and the CLI take them from.
 - plots `RUN/probes/<model>-<task>.png` and `...-shared.png`.
+
+The targets (`probe_targets`), the verdicts and BH families (`probe_verdicts`), the figures (`probe_plots`) and the
+row fields of a statistic (`row_fields`) each have a module of their own; every name is imported from here too.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from experiments.rundir import RunDir, derive_seed, reading, safe_name, writing
-from experiments.stages.render import read_renders, render_stage, row_key
-from interp.baselines import LEXICAL, beyond_outcome, freedman_lane, lexical_features, readable_share
+from experiments.rundir import RunDir, derive_seed, safe_name, writing
+from experiments.stages.probe_plots import plot_probes, sweep_table  # noqa: F401 - re-exported
+from experiments.stages.probe_targets import (TARGET_ATTEMPTS, ProbeError, TargetSet, _texts,  # noqa: F401 - re-exported
+                                              consensus, prompt_groups, target_sets)
+from experiments.stages.probe_verdicts import _adjust, beyond_verdict, delta_verdict  # noqa: F401 - re-exported
+from experiments.stages.render import read_renders, render_stage
+from experiments.stages.row_fields import (_interval_fields, _moved, _null_mean, json_number,  # noqa: F401 - re-exported
+                                           p_fields, percentile_ci)
+from interp.baselines import LEXICAL, freedman_lane, lexical_features, readable_share
 from interp.intervals import (DEFAULT_REPEATS, NO_SIGNAL, Interval, at_the_mean, cluster_sums, fold_sums,
                               r2_interval, repeat_seed, test_over_train)
-from interp.grouping import ESTIMANDS, VERDICT_SCOPE, design, moved_share
-from interp.probes import (Grid, LayerSweep, benjamini_hochberg, carries_variance, occupancy, p_missing, perm_p, permutations,
-                           split_half_ceiling)
-from interp.prompts import items_by_id
+from interp.grouping import ESTIMANDS, design
+from interp.probes import Grid, LayerSweep, carries_variance, permutations, split_half_ceiling
 
 PROBES = RunDir.PROBES
 #: the text ceiling's candidates, in the order that breaks ties: the lexical readings, then the model's own input
 #: embeddings (averaged over the request, and at the probed position)
 BASELINES = LEXICAL + ("embedding-mean", "embedding@position")
 ROLES = {"layout": "headline", "translation": "control"}
-
-
-class ProbeError(ValueError):
-    """A run that cannot be probed as asked."""
 
 
 @dataclass(frozen=True)
@@ -93,144 +95,6 @@ class ProbeSettings:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-TARGET_ATTEMPTS = {
-    "all": "every valid attempt, greedy and sampled (the paper's consensus)",
-    "sampled": "sampled attempts only: the greedy attempt (temperature 0) is left out, so a decision made by tiny logit "
-               "differences at one token is not part of the target (the negative control's target)",
-}
-
-
-def consensus(run: Any, model: str, task: str, protocol: str, medium: str = "v1", min_attempts: int = 1,
-              exclude_trivial: bool = False, renders: dict[str, dict[str, Any]] | None = None,
-              attempts: str = "all", seed: int = 0) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
-    """prompt id -> {own, half_a, half_b, n} for one model and task; and counts of prompts kept and dropped.
-
-    `attempts`: which attempts form the consensus (TARGET_ATTEMPTS). The split halves (for the reliability ceiling)
-    are a random split of each prompt's attempts, seeded by (seed, model, task, prompt): a fixed rule such as
-    even/odd samples would put the greedy attempt always in one half."""
-    if attempts not in TARGET_ATTEMPTS:
-        raise ProbeError(f"target attempts {attempts!r}: one of {', '.join(TARGET_ATTEMPTS)}")
-    rd = reading(run)
-    renders = read_renders(rd) if renders is None else renders
-    per: dict[str, list[tuple[int, np.ndarray]]] = {}
-    seen: set[str] = set()
-    for r in rd.rows(RunDir.GENERATIONS):
-        if (r["model"], r["task"], r["protocol"], r.get("medium", "v1")) != (model, task, protocol, medium):
-            continue
-        seen.add(r["prompt_id"])
-        if attempts == "sampled" and not r.get("temperature"):
-            continue
-        x = renders.get(row_key(r))
-        if x is None or x["outcome"] != "ok" or (exclude_trivial and x["trivial"]):
-            continue
-        per.setdefault(r["prompt_id"], []).append((r["sample"], occupancy(x["pixels"], x["background"])))
-    out = {}
-    for pid in sorted(per):
-        grids = per[pid]
-        if len(grids) < min_attempts:
-            continue
-        grids.sort(key=lambda t: t[0])
-        g = np.stack([t[1] for t in grids])
-        halves: tuple[Any, Any] = (None, None)
-        if len(grids) >= 2:
-            order = np.random.default_rng(derive_seed(seed, model, task, pid, "split-half")).permutation(len(grids))
-            a, b = order[: (len(grids) + 1) // 2], order[(len(grids) + 1) // 2:]
-            halves = (g[a].mean(axis=0).ravel(), g[b].mean(axis=0).ravel())
-        out[pid] = {"own": g.mean(axis=0).ravel(), "half_a": halves[0], "half_b": halves[1], "n": len(grids)}
-    return out, {"prompts_seen": len(seen), "kept": len(out), "dropped": len(seen) - len(out)}
-
-
-@dataclass
-class TargetSet:
-    """One probe target over a list of prompts, with what is needed for its ceiling."""
-
-    name: str
-    ids: list[str]
-    y: np.ndarray  #: [n, 36]
-    half_a: np.ndarray | None = None  #: [n_two, 36] half-consensus of even attempts (prompts with two halves)
-    half_b: np.ndarray | None = None
-    contributors: dict[str, int] | None = None  #: shared/specific: model -> prompts it contributed to
-
-
-def target_sets(name: str, ids: list[str], targets: dict[str, dict[str, dict[str, Any]]]) -> tuple[list[TargetSet], dict[str, Any]]:
-    """own, shared, specific and model:<other> targets of model `name` over its prompts `ids`.
-
-    shared: per prompt the mean of the other models' consensus over those that have one (the paper's
-    leave-one-model-out consensus; with uneven per-model coverage no model is dropped for lacking a
-    prompt); prompts no other model covers are left out of shared and specific, and counted."""
-    own = targets[name]
-    out = [TargetSet("own", ids, np.stack([own[p]["own"] for p in ids]), *_halves(ids, [own]))]
-    others = [m for m in targets if m != name]
-    info: dict[str, Any] = {}
-    if others:
-        covered = [p for p in ids if any(p in targets[m] for m in others)]
-        info = {"shared_prompts": len(covered), "shared_uncovered": len(ids) - len(covered)}
-        if covered:
-            contrib = {m: sum(p in targets[m] for p in covered) for m in others}
-            contrib = {m: c for m, c in contrib.items() if c}
-            shared = np.stack([np.mean([targets[m][p]["own"] for m in others if p in targets[m]], axis=0) for p in covered])
-            y_own = np.stack([own[p]["own"] for p in covered])
-            sa, sb = _shared_halves(covered, own, targets, others)
-            out.append(TargetSet("shared", covered, shared, sa[1], sb[1], contrib))
-            spec_a = spec_b = None
-            if sa[0] is not None:
-                spec_a, spec_b = sa[0] - sa[1], sb[0] - sb[1]
-            out.append(TargetSet("specific", covered, y_own - shared, spec_a, spec_b, contrib))
-        for m in others:
-            both = [p for p in ids if p in targets[m]]
-            if both:
-                out.append(TargetSet(f"model:{m}", both, np.stack([targets[m][p]["own"] for p in both])))
-    return out, info
-
-
-def _halves(ids: list[str], sources: list[dict[str, dict[str, Any]]]) -> tuple[np.ndarray | None, np.ndarray | None]:
-    two = [p for p in ids if sources[0][p]["half_b"] is not None]
-    if len(two) < 3:
-        return None, None
-    return np.stack([sources[0][p]["half_a"] for p in two]), np.stack([sources[0][p]["half_b"] for p in two])
-
-
-def _shared_halves(covered: list[str], own: dict[str, dict[str, Any]], targets: dict[str, dict[str, dict[str, Any]]],
-                   others: list[str]) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
-    """((own_a, shared_a), (own_b, shared_b)) over the covered prompts where every participant has two halves."""
-    keep = []
-    for p in covered:
-        ms = [m for m in others if p in targets[m]]
-        if own[p]["half_b"] is not None and all(targets[m][p]["half_b"] is not None for m in ms):
-            keep.append((p, ms))
-    if len(keep) < 3:
-        return (None, None), (None, None)
-    own_a = np.stack([own[p]["half_a"] for p, _ in keep])
-    own_b = np.stack([own[p]["half_b"] for p, _ in keep])
-    sh_a = np.stack([np.mean([targets[m][p]["half_a"] for m in ms], axis=0) for p, ms in keep])
-    sh_b = np.stack([np.mean([targets[m][p]["half_b"] for m in ms], axis=0) for p, ms in keep])
-    return (own_a, sh_a), (own_b, sh_b)
-
-
-def json_number(v: float) -> float | None:
-    """A statistic as stored in a row: rounded to 6 places, None when not finite."""
-    return None if not np.isfinite(v) else round(float(v), 6)
-
-
-def percentile_ci(stats: np.ndarray) -> list[float | None]:
-    """The 95% percentile interval of the finite bootstrap statistics, as stored in a row."""
-    finite = stats[np.isfinite(stats)]
-    if not finite.size:
-        return [None, None]
-    lo, hi = np.quantile(finite, [0.025, 0.975])
-    return [json_number(lo), json_number(hi)]
-
-
-def _texts(run: Any, task: str, ids: list[str]) -> list[str]:
-    recorded = reading(run).prompts()
-    builtin = items_by_id()
-    missing = [p for p in ids if (task, p) not in recorded and p not in builtin]
-    if missing:
-        raise ProbeError(f"{run} has no text for {task} prompts {missing[:3]} (no prompts.jsonl entry and not built in); "
-                         "the text baseline needs them: regenerate with this version")
-    return [recorded[(task, p)].text if (task, p) in recorded else builtin[p].text for p in ids]
 
 
 def probe_stage(run: Any, models: list[str] | None = None, s: ProbeSettings = ProbeSettings(),
@@ -325,11 +189,6 @@ class _Sums:
         """The grouping design's Delta interval (paired, or the unpaired bound with few groups)."""
         return self.designs[target].delta_interval(np.stack(self.sse[(target, *a)]), np.stack(self.sse[(target, *b)]),
                                                    np.stack(self.sst[(target,)]), n, ratio)
-
-
-def _interval_fields(iv: Interval, value: str) -> dict[str, Any]:
-    """The row fields of an interval: the repeated-CV estimate it is centred on, the interval, its standard error."""
-    return {f"{value}_mean": json_number(iv.value), "ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se)}
 
 
 def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets: dict[str, dict[str, dict[str, Any]]],
@@ -524,73 +383,6 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
     return row
 
 
-def delta_verdict(r: dict[str, Any]) -> str:
-    """The headline Delta row's verdict, in the words its procedure allows (interp.grouping.VERDICT_SCOPE): the one
-    rule the report and the CLI print. Significant means q < 0.05 and the interval above 0."""
-    if r.get("signal") == NO_SIGNAL:
-        return NO_SIGNAL
-    proc = r.get("grouping", "none")
-    scope = VERDICT_SCOPE.get(proc, VERDICT_SCOPE["none"])
-    q, lo = r.get("q_bh"), (r.get("delta_ci") or [None])[0]
-    if q is None:
-        return _no_test(r, "p_perm")
-    sig = q < 0.05 and lo is not None and lo > 0
-    if proc == "too-few-groups":
-        return (f"associated with the layout above the TF-IDF baseline {scope}" if sig
-                else f"not shown above the TF-IDF baseline ({scope})")
-    return f"decodable above the text baseline {scope}" if sig else "not shown above the text baseline at this power"
-
-
-def _no_test(r: dict[str, Any], p: str) -> str:
-    """Why a row has no test: the missing p's recorded reason (a NaN in the null), else no permutations were asked."""
-    why = r.get(f"{p}_missing")
-    return f"no test: {why}" if why else "no test (no permutations)"
-
-
-def beyond_verdict(r: dict[str, Any]) -> str:
-    """The beyond-text row's verdict (`interp.baselines.beyond_outcome` decides; this says it): it names the text
-    features it was compared with, never "the text"."""
-    feats = ", ".join(r.get("compared_with") or [r.get("baseline", "?")])
-    scope = VERDICT_SCOPE.get(r.get("grouping", "none"), VERDICT_SCOPE["none"])
-    outcome = beyond_outcome(r.get("q_bh", r.get("p_fl")), (r.get("delta_ci") or [None])[0], r.get("text_readable"),
-                             r.get("signal") == NO_SIGNAL)
-    readable = r.get("text_readable")
-    share = "?" if readable is None else f"{max(0.0, readable):.0%}"
-    return {"beyond": f"beyond these text features ({feats}) {scope}; they reproduce {share} of what the probe decodes",
-            "reads-text": f"reads these text features more exactly than the baselines learn them (they reproduce {share} "
-                          f"of what the probe decodes, {r.get('text_readable_by')} best): a reading of the text, not "
-                          "evidence of a plan",
-            "share-missing": f"the test rejects against these text features ({feats}), but how much of what the probe "
-                             "decodes they reproduce could not be measured: neither a plan nor a reading of the text "
-                             "is claimed",
-            "not-shown": f"not shown beyond these text features ({feats})",
-            "no-signal": NO_SIGNAL,
-            "no-test": _no_test(r, "p_fl")}[outcome]
-
-
-def _moved(groups: np.ndarray | None, perms: np.ndarray) -> dict[str, Any]:
-    """The row field with the share of rows a permutation moved to another group (grouped rows only)."""
-    share = moved_share(groups, perms)
-    return {} if share is None else {"perm_moved_share": json_number(share)}
-
-
-def prompt_groups(run: Any, task: str, ids: list[str]) -> np.ndarray | None:
-    """Each prompt's group label (the recorded prompt's `group`, else the built-in prompt's: a layout prompt's
-    subcategory); None when no prompt has one. A prompt without a group among grouped ones is its own group."""
-    recorded = reading(run).prompts()
-    builtin = items_by_id()
-    labels = []
-    for p in ids:
-        item = recorded.get((task, p))
-        g = item.group if item is not None else ""
-        if not g and p in builtin and builtin[p].task == task and (item is None or item.text == builtin[p].text):
-            g = builtin[p].group
-        labels.append(g)
-    if not any(labels):
-        return None
-    return np.array([g if g else f"prompt:{p}" for g, p in zip(labels, ids)])
-
-
 def _paper_delta(f: dict[str, Any], t: TargetSet, pos: str, grid: Grid, s: ProbeSettings, name: str, task: str
                  ) -> dict[str, Any]:
     """The headline Delta by the paper's procedure on grouped prompts (prompt-level folds and permutations): kept for
@@ -610,19 +402,6 @@ def _paper_delta(f: dict[str, Any], t: TargetSet, pos: str, grid: Grid, s: Probe
     return out
 
 
-def p_fields(name: str, null: np.ndarray, observed: float) -> dict[str, Any]:
-    """A row's p-value fields: `name` = the permutation p, or None with `<name>_missing` saying why (a NaN in the
-    null or the statistic is a missing value, never a p-value: issue 28)."""
-    p = perm_p(null, observed)
-    if np.isfinite(p):
-        return {name: p}
-    return {name: None, f"{name}_missing": p_missing(null, observed)}
-
-
-def _null_mean(null: np.ndarray) -> float | None:
-    return json_number(float(np.mean(null))) if len(null) and np.all(np.isfinite(null)) else None
-
-
 def _baseline_x(b: str, f: dict[str, Any], pos: str) -> np.ndarray:
     """The feature matrix of baseline b at position pos."""
     return f["pos"][pos][0] if b == "embedding@position" else (f["emb_mean"] if b == "embedding-mean" else f["lexical"][b])
@@ -637,81 +416,3 @@ class _OneLayer:
 
     def r2_of(self, targets: Any, count: int, outputs: int, layers: Any = None) -> np.ndarray:
         return self.sweep.r2_of(targets, count, outputs, self.layers)
-
-
-def _adjust(rows: list[dict[str, Any]]) -> None:
-    """BH q-values: per-layer permuted-target rows over the whole run; and one family per question (issue 39): every
-    headline Delta test of a task and target (each model and position: the report's verdict on the target draws on
-    any of them) and, apart, every beyond-text test of a task and target. Before, a family was one (task, target,
-    position) with one test per model, so under a global null with 3 positions some position showed q <= .05 far more
-    often than 5%. Targets stay apart: own is the headline question, shared and specific the paper's decomposition."""
-    layer_rows = [r for r in rows if r.get("features") == "resid" and "p_perm" in r]
-    for r, q in zip(layer_rows, benjamini_hochberg([r["p_perm"] for r in layer_rows])):
-        r["q_bh"] = round(q, 6)
-    for features, p, what in (("delta", "p_perm", "Delta test"), ("beyond_text", "p_fl", "beyond-text test")):
-        families: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for r in rows:
-            if r.get("features") == features and r.get(p) is not None:
-                families.setdefault((r["task"], r["target"]), []).append(r)
-        for (task, target), fam in families.items():
-            models = len({r["model"] for r in fam})
-            positions = sorted({r["position"] for r in fam})
-            for r, q in zip(fam, benjamini_hochberg([r[p] for r in fam])):
-                r["q_bh"] = round(q, 6)
-                r["bh_family"] = (f"every {what} of task {task}, target {target}: {len(fam)} tests ({models} model(s) x "
-                                  f"positions {', '.join(positions)})")
-
-
-def sweep_table(rows: list[dict[str, Any]], model: str, task: str, targets: tuple[str, ...]) -> Any:
-    """The probe rows of one model, task and targets as `interp.sweep.probe_sweep`'s table (columns target, position,
-    layer, n, r2, lo, hi, text_r2, text_lo, text_hi), with the split-half ceiling per target in `attrs["ceiling"]`:
-    what a user gets from Python, so that the report's figure is drawn by the same `plot_sweep`."""
-    import pandas as pd
-
-    def num(v: Any) -> float:
-        return float("nan") if v is None else float(v)
-
-    mine = [r for r in rows if r.get("model") == model and r.get("task") == task and r.get("target") in targets]
-    text = {r["target"]: r for r in mine if r.get("features") == "text"}
-    out = []
-    for r in mine:
-        if r.get("features") != "resid" or not isinstance(r.get("layer"), int):
-            continue
-        tx = text.get(r["target"], {})
-        ci, tci = r.get("ci") or [None, None], tx.get("ci") or [None, None]
-        out.append({"target": r["target"], "position": r["position"], "layer": r["layer"], "n": r.get("n_prompts"),
-                    "r2": num(r.get("r2")), "lo": num(ci[0]), "hi": num(ci[1]), "text_r2": num(tx.get("r2")),
-                    "text_lo": num(tci[0]), "text_hi": num(tci[1])})
-    table = pd.DataFrame(out, columns=["target", "position", "layer", "n", "r2", "lo", "hi", "text_r2", "text_lo",
-                                       "text_hi"])
-    table.attrs["ceiling"] = {r["target"]: r["ceiling"] for r in mine
-                              if r.get("kind") == "ceiling" and r.get("ceiling") is not None}
-    return table
-
-
-def plot_probes(rd: RunDir, rows: list[dict[str, Any]]) -> list[Path]:
-    """`RUN/probes/<model>-<task>.png` (own target) and `...-shared.png` (shared vs specific), drawn by
-    `interp.sweep.plot_sweep` from the rows' table (`sweep_table`): the figure a user draws from Python."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from interp.sweep import plot_sweep
-
-    out = []
-    for model, task in sorted({(r["model"], r["task"]) for r in rows if "task" in r}):
-        for kind, tnames in (("", ("own",)), ("-shared", ("shared", "specific"))):
-            table = sweep_table(rows, model, task, tnames)
-            if table.empty:
-                continue
-            final = next((r.get("final_site", "pre-norm") for r in rows if r.get("kind") == "targets" and r["model"] == model), "pre-norm")
-            n = int(table["n"].max()) if table["n"].notna().any() else None
-            lines = ["position"] if kind == "" else ["target", "position"]
-            fig = plot_sweep(table, lines=lines, title=f"{model} ({task}): occupancy probe"
-                             f"{' - shared vs specific' if kind else ''}" + (f", n = {n} prompts" if n else ""),
-                             xlabel="layer L = input of block L (0 = embeddings); last = final residual, "
-                             + ("before the final norm" if final == "pre-norm" else "after the final norm"))
-            out.append(rd.save_figure(fig, f"{RunDir.PROBE_PLOTS}/{safe_name(model)}-{task}{kind}.png"))
-            plt.close(fig)
-    return out
