@@ -10,9 +10,11 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
     || echo "test.sh: chromium could not be installed; the report rendering test will be skipped" >&2
 fi
 # two workers (pytest-xdist), each computing on one thread (tests/conftest.py); docs/study.md has the measurements.
-# AMBENCH_TEST_WORKERS=0 runs it in one process, =N on N workers
+# AMBENCH_TEST_WORKERS=0 runs it in one process, =N on N workers. loadgroup: tests are dealt one at a time as with
+# `load`, but a module marked xdist_group (test_golden.py: its module fixture is a whole study) stays on one worker,
+# which builds it once
 WORKERS="${AMBENCH_TEST_WORKERS:-2}"
 if [ "$WORKERS" = 0 ]; then
   exec .venv/bin/python -m pytest -q "$@"
 fi
-exec .venv/bin/python -m pytest -q -n "$WORKERS" --dist load "$@"
+exec .venv/bin/python -m pytest -q -n "$WORKERS" --dist loadgroup "$@"

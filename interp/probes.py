@@ -237,14 +237,30 @@ def _in_threads(work: Callable[[int], Any], items: Sequence[int]) -> list[Any]:
     the same whichever thread runs it; results come back in the order of `items`."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from threadpoolctl import threadpool_info, threadpool_limits
-
-    blas = [p.get("num_threads", 1) for p in threadpool_info() if p.get("user_api") == "blas"]
+    controller = _blas_controller()
+    blas = [c.num_threads for c in controller.lib_controllers if c.user_api == "blas"]  # read now: a limit may have moved
     workers = min(len(items), max(blas, default=1))
     if workers <= 1:
         return [work(i) for i in items]
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(workers) as ex:
+    with controller.limit(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as ex:
         return list(ex.map(work, items))
+
+
+_CONTROLLER: list[Any] = []  #: [(len(sys.modules) when scanned, ThreadpoolController)]
+
+
+def _blas_controller() -> Any:
+    """threadpoolctl's view of the loaded thread pools, scanned again only after an import (a library loads with a
+    module): a scan walks every loaded shared library (~300 here) and took a third of a probe stage's time when
+    `_in_threads` ran it on each of its thousands of calls. The thread counts are read live from it on every call."""
+    import sys
+
+    from threadpoolctl import ThreadpoolController
+
+    n = len(sys.modules)
+    if not _CONTROLLER or _CONTROLLER[0][0] != n:
+        _CONTROLLER[:] = [(n, ThreadpoolController())]
+    return _CONTROLLER[0][1]
 
 
 class LayerSweep:

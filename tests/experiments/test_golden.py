@@ -271,6 +271,11 @@ def run_golden(root: Path, env: dict[str, str] | None = None) -> tuple[Path, dic
     return out, {"a": "model-a", "b": "model-b"}
 
 
+#: one worker runs this module (test.sh: --dist loadgroup): its module fixture is a whole study (~60 CPU s), which
+#: `--dist load` built again on the second worker whenever the module's tests were dealt to both
+pytestmark = pytest.mark.xdist_group("golden")
+
+
 @pytest.fixture(scope="module")
 def golden_run(tmp_path_factory):
     return run_golden(tmp_path_factory.mktemp("golden"))
