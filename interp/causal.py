@@ -447,7 +447,6 @@ def causal_site(rt: Any, prompts: Sequence[Sequence[int]], targets: np.ndarray, 
         res = causal_site(rt, tokens, occupancy_targets, layer=3, groups=templates)
         res.to_frame()[["method", "effect", "effect_lo", "effect_hi", "p", "n"]]
     """
-    from interp.pair_effects import pair_inference
     from interp.runtime import Sampling, StopRule
 
     n = len(prompts) if isinstance(prompts, Sequence) and not isinstance(prompts, (str, bytes)) else -1
@@ -533,7 +532,7 @@ def causal_site(rt: Any, prompts: Sequence[Sequence[int]], targets: np.ndarray, 
         ic = [r for r in res.rows if r["method"] == "interchange"]
         why = None if len(eff) >= 2 else ("fewer than 2 prompts have two other prompts with valid, different unpatched "
                                           "drawings (a source and a decoy): every drawing alike, or failed")
-        res.summary["interchange"] = {**base, **_effect_summary(eff, keep, groups, level, seed, pair_inference),
+        res.summary["interchange"] = {**base, **_effect_summary(eff, keep, groups, level, seed),
                                       "excluded": n - len(keep), "subspace_rank": int(basis.shape[1]),
                                       "kept": _share([r["kept"] for r in ic]),
                                       "control_kept": _share([r["control_kept"] for r in ic]),
@@ -556,7 +555,7 @@ def causal_site(rt: Any, prompts: Sequence[Sequence[int]], targets: np.ndarray, 
                 eff.append(e)
                 keep.append(i)
         er = [r for r in res.rows if r["method"] == "erasure"]
-        res.summary["erasure"] = {**base, **_effect_summary(eff, keep, groups, level, seed, pair_inference),
+        res.summary["erasure"] = {**base, **_effect_summary(eff, keep, groups, level, seed),
                                   "excluded": n - len(keep), "erased_rank": eraser.rank, "control_rank": control.rank,
                                   "kept": _share([r["kept"] for r in er]), "control_kept": _share([r["control_kept"] for r in er]),
                                   "procedure": "LEACE of the concept against LEACE of shuffled targets: how much further "
@@ -573,14 +572,16 @@ def _share(flags: list[bool]) -> float | None:
     return float(np.mean(flags)) if flags else None
 
 
-def _effect_summary(eff: list[float], keep: list[int], groups: Sequence[Any] | None, level: float, seed: int,
-                    inference: Callable[..., Any]) -> dict[str, Any]:
+def _effect_summary(eff: list[float], keep: list[int], groups: Sequence[Any] | None, level: float,
+                    seed: int) -> dict[str, Any]:
     """Mean effect, grouped interval and sign-flip p over the prompts that have an effect (None when too few)."""
     if len(eff) < 2:
         return {"n": len(eff), "effect": None, "effect_lo": None, "effect_hi": None, "p": None, "n_groups": None,
                 "min_p": None}
     g = None if groups is None else [groups[i] for i in keep]
-    inf = inference(np.asarray(eff), g, level, seed=seed)
+    from interp.pair_effects import pair_inference
+
+    inf = pair_inference(np.asarray(eff), g, level, seed=seed)
 
     def num(v: Any) -> float | None:
         v = float(np.asarray(v).ravel()[0])

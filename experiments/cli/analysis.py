@@ -3,7 +3,6 @@ wrapper over its stage."""
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
@@ -387,8 +386,7 @@ def causal(
     if site is None:
         fail(f"{run} has no layout probe rows of {model} at `last`: run `ambench probe --run {run}` first")
     with run_writer(run, "ambench causal") as rd:
-        rt = (runtime(model, device, dtype, False, trust_remote_code, device_map, quantize)
-              if site["readable"] or when == "always" else None)
+        rt = runtime(model, device, dtype, False, trust_remote_code, device_map, quantize) if s.draws(site) else None
         row = causal_stage(rt, rd, model, s, say=lambda m: typer.echo(m, err=True))
     typer.echo(f"{model}: {verdict(row)}")
 

@@ -69,6 +69,11 @@ class CausalSettings:
         d["methods"] = list(self.methods)
         return d
 
+    def draws(self, site: dict[str, Any] | None) -> bool:
+        """Whether the test at `site` (`site_of`) draws with the model (so it must be loaded): where the probe is
+        readable, or everywhere with `when="always"`; never without probe rows."""
+        return site is not None and (bool(site["readable"]) or self.when == "always")
+
 
 def site_of(probes: list[dict[str, Any]], model: str, s: CausalSettings) -> dict[str, Any] | None:
     """The site where `model`'s own-target probe is best at the settings' position, and whether it is readable there:
@@ -127,6 +132,15 @@ def _causal_stage(rt: Any, rd: RunDir, model: str, s: CausalSettings, say: Calla
                                                        "not run or skipped it)"}
         return _write(rd, model, s, row)
     attempts = targets_row.get("target_attempts", "all")
+    temperature = s.temperature
+    row: dict[str, Any] = {**base, "site": site, "n_prompts": min(targets_row.get("kept", 0), s.max_prompts),
+                           "target_attempts": attempts,
+                           "drawings": "greedy" if temperature == 0 else f"sampled at temperature {temperature:g}"}
+    if not s.draws(site):  # decided from the probe rows alone: nothing is read, loaded or drawn
+        row.update(outcome=causal_outcome(site["readable"], None),
+                   reason="the probe does not decode the layout at its best site (R^2 interval not above 0): there is "
+                          "nothing readable to move")
+        return _write(rd, model, s, row)
     cons, _ = consensus(rd, model, s.task, targets_row["protocol"], targets_row.get("medium", "v1"),
                         targets_row.get("min_attempts", 1), targets_row.get("exclude_trivial", False), read_renders(rd),
                         attempts)  # the consensus's seed splits halves only, not the `own` target read here
@@ -135,14 +149,7 @@ def _causal_stage(rt: Any, rd: RunDir, model: str, s: CausalSettings, say: Calla
         pick = np.random.default_rng(derive_seed(s.seed, model, s.task, "causal-prompts")).choice(len(ids), s.max_prompts,
                                                                                                  replace=False)
         ids = [ids[i] for i in sorted(pick)]
-    temperature = s.temperature
-    row: dict[str, Any] = {**base, "site": site, "n_prompts": len(ids), "target_attempts": attempts,
-                           "drawings": "greedy" if temperature == 0 else f"sampled at temperature {temperature:g}"}
-    if not site["readable"] and s.when == "readable":  # read from the probe rows alone: nothing loads or draws
-        row.update(outcome=causal_outcome(site["readable"], None),
-                   reason="the probe does not decode the layout at its best site (R^2 interval not above 0): there is "
-                          "nothing readable to move")
-        return _write(rd, model, s, row)
+    row["n_prompts"] = len(ids)
     if rt is None:
         raise RunError(f"{model}: the causal test draws with the model: load it (the runtime was not given)")
     inp = content_hash(ids, [cons[p]["own"].tolist() for p in ids], site, s.as_dict(), attempts, rt.info.weights_digest)

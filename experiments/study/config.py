@@ -207,6 +207,13 @@ class StudyConfig:
                                    pca=p.pca, alphas=p.alphas, outer=p.outer, inner=p.inner,
                                    target_attempts=p.target_attempts)
 
+    def load_runtime(self, model: str) -> Any:
+        """`model` loaded as this study loads it (device, dtype, remote code, placement, quantisation)."""
+        from interp.runtime import Runtime
+
+        return Runtime.load(model, device=self.device, dtype=self.dtype, trust_remote_code=self.trust_remote_code,
+                            device_map=self.device_map, quantize=self.quantize)
+
     def causal_settings(self) -> Any:
         """The causal stage's settings (issue 41): drawings made as the probe's targets were (sampled at the study's
         temperature when the targets are sampled attempts only, else greedy), with the attempts' token budget."""
@@ -260,6 +267,11 @@ class StudyConfig:
 
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def short_name(model: str) -> str:
+    """A model's label in stage timings: its folder's last part, without the organisms' prefix."""
+    return model.rstrip("/").split("/")[-1].removeprefix("organism:")
 
 
 def data_path(name: str) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from experiments.rundir import RunDir, writing
-from experiments.study.config import StudyConfig, data_path, load_reference_file
+from experiments.study.config import StudyConfig, data_path, load_reference_file, short_name
 from experiments.study.timing import StageTimes
 
 
@@ -127,20 +127,17 @@ def _at_the_site(c: StudyConfig, rd: RunDir, say: Callable[[str], None], clock: 
     s = c.causal_settings()
     probes = rd.rows(RunDir.PROBES)
     for m in c.models:
-        short = m.rstrip("/").split("/")[-1].removeprefix("organism:")
+        short = short_name(m)
         site = site_of(probes, m, s)
         rt = None
 
         def loaded() -> Any:
-            from interp.runtime import Runtime
-
-            return rt or Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code,
-                                      device_map=c.device_map, quantize=c.quantize)
+            return rt or c.load_runtime(m)
 
         if c.causal != "off":
             say(f"readable or used: the causal test at {m}'s best layout-probe site")
             with clock.stage(f"{short}: causal"):
-                if site is not None and (site["readable"] or s.when == "always"):
+                if s.draws(site):
                     rt = loaded()
                 row = causal_stage(rt, rd, m, s, say=lambda t: say("  " + t))
             say(f"  {m}: {verdict(row)}")

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from experiments.rundir import AttemptKey, RunDir, RunError, writing
 from experiments.study.checks import check_dino, check_models, check_prompts, refuse_other_release
-from experiments.study.config import StudyConfig, expected_attempts, generation_order, prompt_sets, versions
+from experiments.study.config import StudyConfig, expected_attempts, generation_order, prompt_sets, short_name, versions
 from experiments.study.finish import finish
 from experiments.study.timing import StageTimes
 
@@ -72,13 +72,12 @@ def _model_phases(c: StudyConfig, rd: RunDir, m: str, sets: dict[str, list[Any]]
     from experiments.stages.generate import generate_stage
     from experiments.stages.intervene import intervene_stage
     from experiments.stages.patch import patch_stage
-    from interp.runtime import Runtime, describe
+    from interp.runtime import describe
 
     say(f"[model {m}] loading")
-    short = m.rstrip("/").split("/")[-1].removeprefix("organism:")
+    short = short_name(m)
     with clock.stage(f"{short}: load"):
-        rt = Runtime.load(m, device=c.device, dtype=c.dtype, trust_remote_code=c.trust_remote_code, device_map=c.device_map,
-                          quantize=c.quantize)
+        rt = c.load_runtime(m)
     say(f"[model {m}] {describe(rt)}")
     for task, output, medium in c.arms():
         gs = c.generate(task, output, medium)
