@@ -211,6 +211,10 @@ def beyond_outcome(p: float | None, lo: float | None, readable: float | None, no
 SCREEN = (4, 16)
 
 
+#: a target column whose centred norm is below this share of the targets' whole norm has no spread (rounding)
+SPREAD_TOL = 1e-9
+
+
 def screened_predictions(x: np.ndarray, t: np.ndarray, grid, folds: Sequence[tuple[np.ndarray, np.ndarray]],
                          groups: np.ndarray | None = None, keep: int = 16) -> np.ndarray:
     """Out-of-fold predictions of targets t [n, C] from the `keep` columns of x most associated with t (the sum over
@@ -225,7 +229,12 @@ def screened_predictions(x: np.ndarray, t: np.ndarray, grid, folds: Sequence[tup
         mu, sd = _scale(x[tr])
         z = (x[tr] - mu) / sd
         tc = t[tr] - t[tr].mean(axis=0)
-        tn = tc / np.maximum(np.linalg.norm(tc, axis=0), 1e-300)
+        norms = np.linalg.norm(tc, axis=0)
+        # a target column whose spread is rounding (a cell no layout reaches, predicted as its constant) correlates
+        # with nothing: scaled to unit norm, its rounding would weigh as much as a real output and the last bits of
+        # the probe's predictions would pick the columns (a 3e-15 change of them moved a readable share by 0.03)
+        varies = norms > SPREAD_TOL * max(float(np.sqrt((t[tr] ** 2).sum())), 1e-300)
+        tn = np.where(varies, tc / np.where(varies, norms, 1.0), 0.0)
         score = ((z.T @ tn) ** 2).sum(axis=1)
         # scores within 1e-9 of each other are ties, taken in column order: equal columns (two words that always come
         # together) score equal up to rounding that a BLAS kernel or thread count moves, and must not pick by it

@@ -404,7 +404,27 @@ class LayerSweep:
         return ym[:, None, :] + np.einsum("rk,bkc->brc", p, (s / (s ** 2 + alpha))[None, :, None] * uty)
 
     def _run(self, y: np.ndarray, layers: Sequence[int]) -> tuple[np.ndarray, list[list[dict[str, Any]]]]:
-        """Out-of-fold predictions [B, n, C] with the layer chosen among `layers` (and k, alpha) inside the folds."""
+        """Out-of-fold predictions [B, n, C] with the layer chosen among `layers` (and k, alpha) inside the folds.
+
+        Every candidate probe fits each output column with the same linear smoother, so its squared errors do not
+        change when the outputs are turned by an orthogonal matrix. Targets whose centred columns span r < C
+        directions (the planners' 36 occupancy cells span 3; n prompts span at most n - 1) are fitted in those r
+        directions only (`output_basis`); in the others every target is constant, and every probe predicts the
+        training mean, which is that constant. The same choices and predictions, to rounding, at r / C of the cost."""
+        basis = output_basis(y)
+        if basis is None:
+            return self._run_columns(y, layers)
+        q, r = basis
+        yq = y @ q  # [B, n, C]: the first r columns carry every row's variation, the rest are constant
+        pred_q, chosen = self._run_columns(np.ascontiguousarray(yq[:, :, :r]), layers)
+        pred = np.zeros_like(yq)
+        pred[:, :, :r] = pred_q
+        for tr, te in self.outer:
+            pred[:, te, r:] = yq[:, tr, r:].mean(axis=1, keepdims=True)
+        return pred @ q.T, chosen
+
+    def _run_columns(self, y: np.ndarray, layers: Sequence[int]) -> tuple[np.ndarray, list[list[dict[str, Any]]]]:
+        """`_run` on the target columns as given."""
         g = self.grid
         pred = np.zeros_like(y)
         chosen: list[list[dict[str, Any]]] = [[] for _ in range(y.shape[0])]
@@ -490,6 +510,27 @@ class LayerSweep:
         scores = self._inner_scores(0, y[None].astype(np.float64), [layer])
         _, ki, ai = np.unravel_index(int(first_best(scores)[0]), scores.shape[1:])
         return self._k_index(layer)[ki], self.grid.alphas[ai]
+
+
+#: a direction of the targets' centred columns whose sum of squares is below this share of their total is constant
+#: (`output_basis`): leaving it out of the fit moves an R^2 by at most C times this, far below TIE
+OUTPUT_TOL = 1e-13
+
+
+def output_basis(y: Float[np.ndarray, "batch n outputs"]) -> tuple[np.ndarray, int] | None:
+    """(Q, r): an orthonormal basis [C, C] of the output space whose first r columns span the centred target
+    columns of every batch member (directions by decreasing sum of squares); None when they span all C (nothing to
+    leave out). A permutation of the rows, or Freedman-Lane's fitted values plus permuted residuals, keeps the
+    span, so a batch of them needs no more directions than the targets themselves."""
+    c = y.shape[2]
+    if c < 2:
+        return None
+    yc = (y - y.mean(axis=1, keepdims=True)).reshape(-1, c)
+    w, v = np.linalg.eigh(yc.T @ yc)  # ascending
+    r = max(1, int((w > OUTPUT_TOL * max(float(w.sum()), np.finfo(float).tiny)).sum()))
+    if r >= c:
+        return None
+    return np.ascontiguousarray(v[:, ::-1]), r
 
 
 def pooled_r2_batch(y: Float[np.ndarray, "batch n outputs"], pred: Float[np.ndarray, "batch n outputs"]) -> Float[np.ndarray, " batch"]:

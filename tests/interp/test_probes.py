@@ -368,3 +368,49 @@ def test_outer_folds_in_threads_give_the_serial_results_bit_for_bit():
     for (tr, te), c in zip(threaded.outer, two.chosen):  # each fold's rows hold that fold's chosen probe, fitted directly
         direct = probes.fold_predictions(xs[c["layer"]][tr], y[tr], xs[c["layer"]][te], [c["k"]], [c["alpha"]])[0, 0]
         assert np.allclose(two.pred[te], direct, rtol=0, atol=1e-9)
+
+
+def test_targets_of_few_directions_are_fitted_in_those_directions_with_the_same_choices():
+    """Targets whose centred columns span r < C directions (the planners' 36 occupancy cells span 3) are fitted in
+    those r directions (`output_basis`): every choice is the full fit's and every prediction equals it to rounding,
+    constant columns included (predicted as their constant, not as 0), also for rows that no test fold holds and
+    for a batch of permutations. Full-rank targets take the unchanged path."""
+    from interp.probes import LayerSweep, output_basis, permutations
+
+    rng = np.random.default_rng(3)
+    xs = [rng.normal(size=(60, 20)) for _ in range(3)]
+    xs[2][:, :2] += rng.normal(size=(60, 2))
+    y = (xs[2][:, :3] + 0.5 * rng.normal(size=(60, 3))) @ rng.normal(size=(3, 36))
+    y[:, 5] = 0.25  # a cell at a constant share
+    y[:, 7] = 0.0  # a cell no layout reaches
+    assert output_basis(y[None])[1] == 3
+    assert output_basis(rng.normal(size=(1, 60, 4))) is None
+    perms = permutations(60, 6, 1)
+    for sweep in (LayerSweep(xs, SMALL, 2), LayerSweep(xs, SMALL, 2, folds=[(np.arange(40), np.arange(40, 55))])):
+        yb = y[perms].astype(np.float64)
+        fast, chosen = sweep._run(yb, range(3))
+        full, chosen_full = sweep._run_columns(yb, range(3))
+        assert chosen == [[{**c, "inner_r2": pytest.approx(c["inner_r2"], abs=1e-12)} for c in cs] for cs in chosen_full]
+        assert np.abs(fast - full).max() < 1e-12
+        tested = np.concatenate([te for _, te in sweep.outer])
+        assert np.allclose(fast[:, tested, 5], 0.25, rtol=0, atol=1e-12) and np.abs(fast[:, tested, 7]).max() < 1e-12
+        assert np.all(fast[:, np.setdiff1d(np.arange(60), tested)] == 0)
+
+
+def test_a_constant_target_column_does_not_pick_the_screened_columns_by_its_rounding():
+    """The screened text baselines keep the columns most associated with the targets, a sum over output columns of
+    squared correlations. A column constant up to rounding (a cell every layout leaves empty, as predicted by a
+    probe) correlates with nothing; scaled to unit norm its last bits chose 3 of 4 columns (a 3e-15 change of a
+    probe's predictions moved a readable share by 0.03)."""
+    from interp.baselines import screened_predictions
+    from interp.probes import _kfold
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(80, 60))
+    signal = x[:, 0] + 0.3 * rng.normal(size=80)
+    folds = _kfold(80, 5, 0)
+    got = []
+    for seed in (1, 2):
+        t = np.c_[signal, 0.5 + 1e-16 * np.random.default_rng(seed).normal(size=80)]
+        got.append(screened_predictions(x, t, SMALL, folds, keep=4))
+    assert np.abs(got[0] - got[1]).max() < 1e-9
