@@ -8,7 +8,7 @@
 #     20 translation prompts and 1 greedy + 1 sampled on 30 layout prompts (two per subcategory, so that the paper's
 #     headline, the layout Delta R^2, has the 10 prompts with a valid attempt it needs); renders, PIoU, layout validity and
 #     triviality, the residual stream at every layer, probes with controls, the four intervention
-#     arms, activation patching (the first cut that aligns), readable or used (the causal test at the layout
+#     arms (2 continuations per arm and cut), activation patching (the first cut that aligns), readable or used (the causal test at the layout
 #     probe's best site: SmolLM2's probe reads nothing there, so nothing is moved), steering along the probe's
 #     direction on 6 prompts
 #  3. the sandbox over the benign and hostile corpora (renders + outcome kinds)
@@ -21,6 +21,8 @@
 #  models that gain nothing from a second thread), and the main job takes about the time of the longer
 #  side, the SmolLM2 study. (Two threads for it were slower: 11.1 against 10.3 minutes, because while the
 #  organisms run its two threads wait on a busy core: its first generation took 413 s against 255 s.)
+#  The SmolLM2 study's probe stage comes after the organisms are done, so its outer folds take both cores
+#  (AMBENCH_PROBE_THREADS=2; numpy only, the same results bit for bit on any number of threads).
 #  Steps 3 and 4 (20 s) sit on the shorter side; their output is printed when both sides are done.
 #  Every stage resumes: rerunning the command continues where a killed run stopped.
 #  At the end it prints the time of each step and of each stage of the two studies (wall and CPU
@@ -105,7 +107,7 @@ stop_beside() {  # a failed or interrupted step stops the steps beside it too (t
 }
 trap stop_beside EXIT
 echo "[2/5] the study on the embedded model: ambench run --preset quick --out $OUT/study"
-OMP_NUM_THREADS=1 step quick $AMB run --preset quick --out "$OUT/study" --timings "$TIMES" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
+OMP_NUM_THREADS=1 AMBENCH_PROBE_THREADS=2 step quick $AMB run --preset quick --out "$OUT/study" --timings "$TIMES" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
 if ! wait "$BESIDE"; then
   for log in organisms sandbox translation; do
     if [ -s "$OUT/$log.log" ]; then echo "--- $OUT/$log.log" >&2; tail -20 "$OUT/$log.log" >&2; fi
