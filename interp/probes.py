@@ -239,30 +239,11 @@ def _in_threads(work: Callable[[int], Any], items: Sequence[int]) -> list[Any]:
 
     controller = _blas_controller()
     blas = [c.num_threads for c in controller.lib_controllers if c.user_api == "blas"]  # read now: a limit may have moved
-    workers = min(len(items), probe_threads() or max(blas, default=1))
+    workers = min(len(items), max(blas, default=1))
     if workers <= 1:
         return [work(i) for i in items]
     with controller.limit(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as ex:
         return list(ex.map(work, items))
-
-
-#: the environment variable that sets how many threads the probes' outer folds take, whatever BLAS may use (the main
-#: job's SmolLM2 study runs on one thread beside the organisms, and its probe stage comes when they are done: 2 there)
-PROBE_THREADS = "AMBENCH_PROBE_THREADS"
-
-
-def probe_threads() -> int | None:
-    """The threads `_in_threads` takes from AMBENCH_PROBE_THREADS (None when unset: as many as BLAS may use). Every
-    result is the same, bit for bit, on any number of threads (`test_outer_folds_in_threads_give_the_serial_results_
-    bit_for_bit`), so this setting moves only the time."""
-    import os
-
-    raw = os.environ.get(PROBE_THREADS, "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or not 1 <= int(raw) <= 256:
-        raise ValueError(f"{PROBE_THREADS}={raw!r}: give a whole number of threads from 1 to 256, or leave it unset")
-    return int(raw)
 
 
 _CONTROLLER: list[Any] = []  #: [(len(sys.modules) when scanned, ThreadpoolController)]

@@ -21,8 +21,6 @@
 #  models that gain nothing from a second thread), and the main job takes about the time of the longer
 #  side, the SmolLM2 study. (Two threads for it were slower: 11.1 against 10.3 minutes, because while the
 #  organisms run its two threads wait on a busy core: its first generation took 413 s against 255 s.)
-#  The SmolLM2 study's probe stage comes after the organisms are done, so its outer folds take both cores
-#  (AMBENCH_PROBE_THREADS=2; numpy only, the same results bit for bit on any number of threads).
 #  Steps 3 and 4 (20 s) sit on the shorter side; their output is printed when both sides are done.
 #  Every stage resumes: rerunning the command continues where a killed run stopped.
 #  At the end it prints the time of each step and of each stage of the two studies (wall and CPU
@@ -107,7 +105,7 @@ stop_beside() {  # a failed or interrupted step stops the steps beside it too (t
 }
 trap stop_beside EXIT
 echo "[2/5] the study on the embedded model: ambench run --preset quick --out $OUT/study"
-OMP_NUM_THREADS=1 AMBENCH_PROBE_THREADS=2 step quick $AMB run --preset quick --out "$OUT/study" --timings "$TIMES" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
+OMP_NUM_THREADS=1 step quick $AMB run --preset quick --out "$OUT/study" --timings "$TIMES" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
 if ! wait "$BESIDE"; then
   for log in organisms sandbox translation; do
     if [ -s "$OUT/$log.log" ]; then echo "--- $OUT/$log.log" >&2; tail -20 "$OUT/$log.log" >&2; fi

@@ -86,13 +86,6 @@ FLAGS_SHOW_NO_TYPE = True
 @app.callback()
 def _root() -> None:
     """AM-Bench command line."""
-    from interp.probes import probe_threads
-
-    try:  # an environment setting is checked before any command opens, loads or writes anything
-        probe_threads()
-    except ValueError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
 
 
 MODEL_HELP = ("smollm2-135m-instruct, gemma3-270m, organism:NAME, a local Hugging Face folder, "

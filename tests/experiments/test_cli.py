@@ -113,13 +113,3 @@ def test_run_with_an_unknown_model_is_a_clear_error(tmp_path):
     res = CliRunner().invoke(app, ["run", "--shard", "3/2", "--out", str(tmp_path / "r")])
     assert res.exit_code == 2 and "0 <= i < n" in res.output
 
-
-def test_a_bad_probe_thread_setting_is_one_sentence_before_anything_is_written(tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from experiments.cli import app
-
-    monkeypatch.setenv("AMBENCH_PROBE_THREADS", "0")
-    res = CliRunner().invoke(app, ["run", "--model", "organism:xor-planner", "--out", str(tmp_path / "r")])
-    assert res.exit_code == 2 and "AMBENCH_PROBE_THREADS='0'" in res.output and "Traceback" not in res.output
-    assert not (tmp_path / "r").exists()

@@ -415,36 +415,3 @@ def test_a_constant_target_column_does_not_pick_the_screened_columns_by_its_roun
         got.append(screened_predictions(x, t, SMALL, folds, keep=4))
     assert np.abs(got[0] - got[1]).max() < 1e-9
 
-
-def test_probe_threads_from_the_environment_give_the_same_results_on_more_threads(monkeypatch):
-    """AMBENCH_PROBE_THREADS=2 spreads a sweep's outer folds over two threads where BLAS has one (the main job's
-    SmolLM2 study, one thread beside the organisms, probes when they are done); the results are the serial ones,
-    bit for bit. A bad value is one sentence."""
-    import threading
-
-    import interp.probes as probes
-    from threadpoolctl import threadpool_limits
-
-    rng = np.random.default_rng(8)
-    xs = [rng.normal(size=(60, 30)) for _ in range(2)]
-    y = xs[1][:, :3] @ rng.normal(size=(3, 5)) + rng.normal(size=(60, 5))
-    perms = probes.permutations(60, 20, seed=3)
-    with threadpool_limits(1):
-        serial = probes.LayerSweep(xs, SMALL, 0)
-        one, null1 = serial.best(y), serial.permuted_r2(y, perms)
-        seen = set()
-        real = probes.LayerSweep._inner_scores
-
-        def spy(self, o, yy, layers):
-            seen.add(threading.get_ident())
-            return real(self, o, yy, layers)
-
-        monkeypatch.setattr(probes.LayerSweep, "_inner_scores", spy)
-        monkeypatch.setenv("AMBENCH_PROBE_THREADS", "2")
-        threaded = probes.LayerSweep(xs, SMALL, 0)
-        two, null2 = threaded.best(y), threaded.permuted_r2(y, perms)
-    assert len(seen) == 2
-    assert np.array_equal(one.pred, two.pred) and one.chosen == two.chosen and np.array_equal(null1, null2)
-    monkeypatch.setenv("AMBENCH_PROBE_THREADS", "two")
-    with pytest.raises(ValueError, match="AMBENCH_PROBE_THREADS='two'"):
-        probes.LayerSweep(xs, SMALL, 0)
