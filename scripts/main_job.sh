@@ -8,7 +8,7 @@
 #     20 translation prompts and 1 greedy + 1 sampled on 30 layout prompts (two per subcategory, so that the paper's
 #     headline, the layout Delta R^2, has the 10 prompts with a valid attempt it needs); renders, PIoU, layout validity and
 #     triviality, the residual stream at every layer, probes with controls, the four intervention
-#     arms (2 continuations per arm and cut), activation patching (the first cut that aligns), readable or used (the causal test at the layout
+#     arms, activation patching (the first cut that aligns), readable or used (the causal test at the layout
 #     probe's best site: SmolLM2's probe reads nothing there, so nothing is moved), steering along the probe's
 #     direction on 6 prompts
 #  3. the sandbox over the benign and hostile corpora (renders + outcome kinds)

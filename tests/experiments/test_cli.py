@@ -112,4 +112,3 @@ def test_run_with_an_unknown_model_is_a_clear_error(tmp_path):
     assert res.exit_code == 2 and "unknown preset" in res.output
     res = CliRunner().invoke(app, ["run", "--shard", "3/2", "--out", str(tmp_path / "r")])
     assert res.exit_code == 2 and "0 <= i < n" in res.output
-

@@ -414,4 +414,3 @@ def test_a_constant_target_column_does_not_pick_the_screened_columns_by_its_roun
         t = np.c_[signal, 0.5 + 1e-16 * np.random.default_rng(seed).normal(size=80)]
         got.append(screened_predictions(x, t, SMALL, folds, keep=4))
     assert np.abs(got[0] - got[1]).max() < 1e-9
-
