@@ -215,35 +215,91 @@ SCREEN = (4, 16)
 SPREAD_TOL = 1e-9
 
 
+def screen_columns(x: np.ndarray, t: np.ndarray, rows: np.ndarray, keep: int) -> np.ndarray:
+    """The `keep` columns of x most associated with targets t on `rows` only: the sum over outputs of the squared
+    correlation, ties (within 1e-9 of the best) in column order."""
+    from interp.probes import _scale
+
+    mu, sd = _scale(x[rows])
+    z = (x[rows] - mu) / sd
+    tc = t[rows] - t[rows].mean(axis=0)
+    norms = np.linalg.norm(tc, axis=0)
+    # a target column whose spread is rounding (a cell no layout reaches, predicted as its constant) correlates
+    # with nothing: scaled to unit norm, its rounding would weigh as much as a real output and the last bits of
+    # the probe's predictions would pick the columns (a 3e-15 change of them moved a readable share by 0.03)
+    varies = norms > SPREAD_TOL * max(float(np.sqrt((t[rows] ** 2).sum())), 1e-300)
+    tn = np.where(varies, tc / np.where(varies, norms, 1.0), 0.0)
+    score = ((z.T @ tn) ** 2).sum(axis=1)
+    # scores within 1e-9 of each other are ties, taken in column order: equal columns (two words that always come
+    # together) score equal up to rounding that a BLAS kernel or thread count moves, and must not pick by it
+    key = np.round(score / max(float(score.max(initial=0.0)), 1e-300), 9)
+    return np.argsort(-key, kind="stable")[: min(keep, x.shape[1])]
+
+
+class ScreenedSweep:
+    """A text baseline read through its `keep` columns most associated with the targets it is built with, chosen on
+    each outer fold's training rows only (`screen_columns`), then ridge with every component and the penalty chosen by
+    the inner folds (`grid`). A sparse text feature (one word's place among hundreds of place columns, one pair of
+    words among hundreds of pairs) is read at full strength: under one ridge penalty over the whole design it is
+    drowned, and activations that hold it along one direction read it more exactly than the baseline learns it
+    (issue 39: a word's place was "beyond the text" in 100% of data sets against the whole designs, 5% with these).
+
+    Once built the chosen columns are fixed, so the baseline is a linear smoother of any targets: `layer` and `r2_of`
+    (Freedman-Lane's target sets) refit only the ridge, on the decompositions of each fold's columns.
+
+        >>> import numpy as np
+        >>> from interp.probes import Grid, _kfold
+        >>> rng = np.random.default_rng(0)
+        >>> x = rng.normal(size=(60, 40)); y = x[:, [3]] + 0.1 * rng.normal(size=(60, 1))
+        >>> sw = ScreenedSweep(x, y, Grid(pca=(2, 4), alphas=(0.1, 1.0), outer=5, inner=4), _kfold(60, 5, 0), keep=4)
+        >>> bool(sw.layer(y).r2 > 0.9), all(3 in c for c in sw.columns)
+        (True, True)
+    """
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, grid, folds: Sequence[tuple[np.ndarray, np.ndarray]],
+                 groups: np.ndarray | None = None, keep: int = 16) -> None:
+        from interp.probes import LayerSweep
+
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        self.outer = [(np.asarray(a), np.asarray(b)) for a, b in folds]
+        self.columns = [screen_columns(x, y, tr, keep) for tr, _ in self.outer]  #: per outer fold: the kept columns
+        g = None if groups is None else np.asarray(groups)
+        self.fits = [LayerSweep([x[:, c]], grid.with_full(), 0, folds=[(tr, te)], groups=g)
+                     for c, (tr, te) in zip(self.columns, self.outer)]
+
+    def predict(self, y: np.ndarray) -> np.ndarray:
+        """Out-of-fold predictions [B, n, C] of targets y [B, n, C] (each fold's own columns)."""
+        pred = np.zeros_like(y)
+        for fit, (_, te) in zip(self.fits, self.outer):
+            pred[:, te] = fit._run(y, [0])[0][:, te]
+        return pred
+
+    def layer(self, y: np.ndarray, li: int = 0) -> "ProbeResult":
+        from interp.probes import ProbeResult, pooled_r2
+
+        y = np.asarray(y, dtype=np.float64)
+        pred = self.predict(y[None])[0]
+        return ProbeResult(pooled_r2(y, pred), pred)
+
+    def r2_of(self, targets, count: int, outputs: int, layers=None, batch: int | None = None) -> np.ndarray:
+        """Pooled R^2 of the baseline refitted (its columns kept) on each of `count` target matrices (as
+        `LayerSweep.r2_of`)."""
+        from interp.probes import pooled_r2_batch
+
+        n = len(np.concatenate([te for _, te in self.outer])) if self.outer else 1
+        batch = batch or max(1, min(256, int(4e6 // max(1, n * outputs))))
+        out = np.empty(count)
+        for i in range(0, count, batch):
+            yp = targets(i, min(count, i + batch))
+            out[i: i + batch] = pooled_r2_batch(yp, self.predict(yp))
+        return out
+
+
 def screened_predictions(x: np.ndarray, t: np.ndarray, grid, folds: Sequence[tuple[np.ndarray, np.ndarray]],
                          groups: np.ndarray | None = None, keep: int = 16) -> np.ndarray:
-    """Out-of-fold predictions of targets t [n, C] from the `keep` columns of x most associated with t (the sum over
-    outputs of the squared correlation, on each outer fold's training rows only), ridge with every component and the
-    penalty chosen by the inner folds (`grid`)."""
-    from interp.probes import LayerSweep, _scale
-
-    x = np.asarray(x, dtype=np.float64)
-    t = np.asarray(t, dtype=np.float64)
-    pred = np.zeros_like(t)
-    for tr, te in folds:
-        mu, sd = _scale(x[tr])
-        z = (x[tr] - mu) / sd
-        tc = t[tr] - t[tr].mean(axis=0)
-        norms = np.linalg.norm(tc, axis=0)
-        # a target column whose spread is rounding (a cell no layout reaches, predicted as its constant) correlates
-        # with nothing: scaled to unit norm, its rounding would weigh as much as a real output and the last bits of
-        # the probe's predictions would pick the columns (a 3e-15 change of them moved a readable share by 0.03)
-        varies = norms > SPREAD_TOL * max(float(np.sqrt((t[tr] ** 2).sum())), 1e-300)
-        tn = np.where(varies, tc / np.where(varies, norms, 1.0), 0.0)
-        score = ((z.T @ tn) ** 2).sum(axis=1)
-        # scores within 1e-9 of each other are ties, taken in column order: equal columns (two words that always come
-        # together) score equal up to rounding that a BLAS kernel or thread count moves, and must not pick by it
-        key = np.round(score / max(float(score.max(initial=0.0)), 1e-300), 9)
-        cols = np.argsort(-key, kind="stable")[: min(keep, x.shape[1])]
-        sub = LayerSweep([x[:, cols]], grid.with_full(), 0, folds=[(tr, te)],
-                         groups=None if groups is None else np.asarray(groups))
-        pred[te] = sub.layer(t, 0).pred[te]
-    return pred
+    """Out-of-fold predictions of targets t [n, C] from the `keep` columns of x most associated with t (`ScreenedSweep`)."""
+    return ScreenedSweep(x, t, grid, folds, groups, keep).layer(t).pred
 
 
 def readable_share(probe_pred: np.ndarray, features: dict[str, np.ndarray], sweeps: dict[str, object], grid,
@@ -300,5 +356,5 @@ def freedman_lane(probe, baseline, fitted: np.ndarray, y: np.ndarray, observed: 
     return perm_p(null, observed), null
 
 
-__all__ = ["LEXICAL", "OUTCOMES", "READABLE_MAX", "READS", "SCREEN", "beyond_outcome", "readable_share", "screened_predictions", "fitted_values", "freedman_lane", "lexical_features", "word_count", "word_pairs", "word_places",
+__all__ = ["LEXICAL", "OUTCOMES", "READABLE_MAX", "READS", "SCREEN", "ScreenedSweep", "beyond_outcome", "screen_columns", "readable_share", "screened_predictions", "fitted_values", "freedman_lane", "lexical_features", "word_count", "word_pairs", "word_places",
            "word_positions"]

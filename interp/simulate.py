@@ -314,7 +314,7 @@ def delta_test_replications(pop: Population, n: int, reps: int, grid, n_perm: in
 def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarray, grid, n_perm: int, seed: int,
                      extra: dict[str, np.ndarray] | None = None, fitted: str = "cross",
                      without: Sequence[str] = (), groups: np.ndarray | None = None,
-                     baseline_grid: Any = "full") -> dict[str, Any]:
+                     baseline_grid: Any = "full", screened: bool = True) -> dict[str, Any]:
     """The beyond-text test of one data set, as the probe stage runs it: every lexical baseline (and `extra` ones,
     e.g. the averaged input embeddings) probed with nested CV on the stage's baseline grid (`grid` with "every
     component", ridge on the whole design: `Grid.with_full`), the strongest that carries variance is the ceiling, and
@@ -324,8 +324,10 @@ def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarr
     "cross", the ceiling's out-of-fold predictions (the stage's), or "in-sample", one fit on all prompts (the test
     before issue 28, kept as the broken variant). `without`: baselines left out (a broken variant).
     `baseline_grid`: "full" (the stage's) or "pca" (the baselines on the probe's PCA grid only: the broken variant
-    of issue 39)."""
-    from interp.baselines import fitted_values, freedman_lane, lexical_features, readable_share
+    of issue 39). `screened`: the lexical readings also through their SCREEN most associated columns as ceilings
+    (the stage's; False: the whole designs only, the test before)."""
+    from interp.baselines import (LEXICAL, SCREEN, ScreenedSweep, fitted_values, freedman_lane, lexical_features,
+                                  readable_share, screen_columns)
     from interp.grouping import design
     from interp.probes import LayerSweep, carries_variance
 
@@ -335,15 +337,26 @@ def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarr
     feats = {**lexical_features(texts), **(extra or {})}
     feats = {k: v for k, v in feats.items() if carries_variance(v) and k not in without}
     sweeps = {k: LayerSweep([v], bgrid, seed, groups=dsg.groups) for k, v in feats.items()}
-    res = {k: sw.layer(y, 0) for k, sw in sweeps.items()}
+    probe = LayerSweep(xs, grid, seed, groups=dsg.groups)
+    # each lexical reading also through its SCREEN columns most associated with the targets, as the stage does
+    ceilings: dict[str, Any] = dict(sweeps)
+    if screened:
+        ceilings.update({f"{k}/{keep}": ScreenedSweep(v, y, grid, probe.outer, dsg.groups, keep)
+                         for k, v in feats.items() if k in LEXICAL for keep in SCREEN if v.shape[1] > keep})
+    res = {k: sw.layer(y, 0) for k, sw in ceilings.items()}
     r2 = {k: v.r2 for k, v in res.items()}
     top = max(r2, key=lambda k: (round(r2[k], 9), -list(r2).index(k)))
-    probe = LayerSweep(xs, grid, seed, groups=dsg.groups)
     best = probe.best(y)
     rp = best.r2
-    fit = res[top].pred if fitted == "cross" else fitted_values(feats[top], y, bgrid, seed)
+    if fitted == "cross":
+        fit = res[top].pred
+    else:  # one fit on all prompts (a screened ceiling: its columns screened on all of them too)
+        base = feats[top.split("/")[0]]
+        if "/" in top:
+            base = base[:, screen_columns(base, y, np.arange(len(y)), int(top.split("/")[1]))]
+        fit = fitted_values(base, y, bgrid, seed)
     perms = dsg.permutations(len(y), n_perm, seed)
-    p_fl, _ = freedman_lane(probe, sweeps[top], fit, y, rp - r2[top], n_perm, seed, perms=perms)
+    p_fl, _ = freedman_lane(probe, ceilings[top], fit, y, rp - r2[top], n_perm, seed, perms=perms)
     readable, readable_by, _ = readable_share(best.pred, feats, sweeps, bgrid, probe.outer, dsg.groups)
     return {"baseline": top, "r2_baseline": r2[top], "r2_probe": rp, "beyond": rp - r2[top], "p_fl": p_fl,
             "baselines": r2, "text_readable": readable, "text_readable_by": readable_by, "probe": probe,
@@ -398,8 +411,8 @@ def word_targets(feature: np.ndarray, reps: int, share: float = 0.3, outputs: in
 
 
 def beyond_text_replications(pop: Population, n: int, reps: int, grid, n_perm: int, seed: int = 500,
-                             fitted: str = "cross", without: Sequence[str] = (), baseline_grid: str = "full"
-                             ) -> list[dict[str, Any]]:
+                             fitted: str = "cross", without: Sequence[str] = (), baseline_grid: str = "full",
+                             screened: bool = True) -> list[dict[str, Any]]:
     """Per simulated data set: the beyond-text Delta against the strongest lexical baseline (the lexical readings
     of the text and the prompt's averaged input embeddings) with its Freedman-Lane p, and, for comparison, the
     paper's Delta against TF-IDF with its plain permutation p (null: targets independent of everything)."""
@@ -409,7 +422,7 @@ def beyond_text_replications(pop: Population, n: int, reps: int, grid, n_perm: i
     for r in range(reps):
         ds = pop.sample(n, seed + r)
         got = beyond_text_test(ds.xs, ds.texts, ds.y, grid, n_perm, r, {"embedding-mean": ds.emb_mean}, fitted, without,
-                               groups=ds.groups, baseline_grid=baseline_grid)
+                               groups=ds.groups, baseline_grid=baseline_grid, screened=screened)
         probe, tfidf, dsg = got.pop("probe"), got.pop("sweeps")["tfidf"], got.pop("design")
         perms = dsg.permutations(n, n_perm, r)
         null = probe.permuted_r2(ds.y, perms) - tfidf.permuted_r2(ds.y, perms)

@@ -53,7 +53,7 @@ from experiments.stages.probe_verdicts import _adjust, beyond_verdict, delta_ver
 from experiments.stages.render import read_renders, render_stage
 from experiments.stages.row_fields import (_interval_fields, _moved, _null_mean, json_number,  # noqa: F401 - re-exported
                                            p_fields, percentile_ci)
-from interp.baselines import LEXICAL, freedman_lane, lexical_features, readable_share
+from interp.baselines import LEXICAL, SCREEN, ScreenedSweep, freedman_lane, lexical_features, readable_share
 from interp.intervals import (DEFAULT_REPEATS, NO_SIGNAL, Interval, at_the_mean, cluster_sums, fold_sums,
                               r2_interval, repeat_seed, test_over_train)
 from interp.grouping import ESTIMANDS, design
@@ -253,6 +253,11 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             lex = {b: x.layer(t.y, 0) for b, x in sw["lex"].items()}
             for b, res in lex.items():
                 sums.add(("text" if b == "tfidf" else "lexical", b), t.name, t.y, res.pred, folds, g)
+            # each lexical reading also through its SCREEN columns most associated with the target (issue 39)
+            screened = {f"{b}/{k}": ScreenedSweep(x, t.y, features[tuple(t.ids)]["design"].grid, folds, g, k)
+                        for b, x in features[tuple(t.ids)]["lexical"].items() for k in SCREEN if x.shape[1] > k}
+            for b, sc in screened.items():
+                sums.add(("lexical", b), t.name, t.y, sc.layer(t.y).pred, folds, g)
             for pos, lsweep in sw["pos"].items():
                 units.update(1)
                 units.set_postfix_str(f"partition {j + 1}: {t.name} at {pos}, {lsweep.n_layers} layers")
@@ -269,6 +274,7 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
                     first[(t.name, pos, "best")] = best
             if j == 0:
                 first[(t.name, "lex")] = lex
+                first[(t.name, "screened")] = screened
         del sw_all
     for t in tsets:
         f, sw = features[tuple(t.ids)], kept[tuple(t.ids)]
@@ -326,27 +332,31 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             if g is not None:
                 drow["paper"] = _paper_delta(f, t, pos, grid, s, name, task)
             rows.append(drow)
-            rows.append(_beyond_text(tb, t, pos, lsweep, sw, f, best, sums, ratio, s, name, task))
+            rows.append(_beyond_text(tb, t, pos, lsweep, sw, f, best, sums, ratio, s, name, task,
+                                     first[(t.name, "screened")]))
     units.close()
     return rows
 
 
 def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep, sw: dict[str, Any], f: dict[str, Any],
-                 best: Any, sums: _Sums, ratio: float, s: ProbeSettings, name: str, task: str) -> dict[str, Any]:
+                 best: Any, sums: _Sums, ratio: float, s: ProbeSettings, name: str, task: str,
+                 screened: dict[str, ScreenedSweep]) -> dict[str, Any]:
     """The row of the claim "beyond the prompt's text": the probe against the strongest lexical baseline (the text
-    ceiling, chosen by its repeated-CV R^2; ties in the order of BASELINES), with the Freedman-Lane test."""
+    ceiling, chosen by its repeated-CV R^2 among the whole designs and their screened columns, `b/k`; ties in the order
+    of BASELINES, each followed by its screened forms), with the Freedman-Lane test."""
     cands = {b: ("text", b) if b == "tfidf" else ("lexical", b) for b in sw["lex"]}
+    cands.update({b: ("lexical", b) for b in screened})
     cands["embedding@position"] = ("lexical", f"embedding@position:{pos}")
     r2s = {b: sums.r2(k, t.name, len(t.ids), ratio).value for b, k in cands.items()}
     # a baseline whose features carry no variance (the same token's embedding at a fixed template position in every
     # prompt) predicts the training mean: its R^2 (about 0) beat lexical baselines that overfit on few prompts, it
     # became the ceiling, and the test then asked whether the activations beat the mean (issue 28). Never a ceiling.
     excluded = {b: "its features are the same for every prompt (no variance): it can only predict the mean"
-                for b in cands if not carries_variance(_baseline_x(b, f, pos))}
-    order = [b for b in BASELINES if b in r2s and b not in excluded]
+                for b in cands if not carries_variance(_baseline_x(b.split("/")[0], f, pos))}
+    order = [c for b in BASELINES for c in (b, *(f"{b}/{k}" for k in SCREEN)) if c in r2s and c not in excluded]
     # the strongest by its estimate rounded to 1e-9 (rounding never picks the ceiling), ties in the listed order
     top = max(order, key=lambda b: (round(r2s[b], 9) if np.isfinite(r2s[b]) else -np.inf, -order.index(b)))
-    bsweep = lsweep if top == "embedding@position" else sw["lex"][top]
+    bsweep = lsweep if top == "embedding@position" else screened[top] if top in screened else sw["lex"][top]
     blayers = [0] if top == "embedding@position" else None
     bres = bsweep.layer(t.y, 0)
     delta = best.r2 - bres.r2
@@ -354,11 +364,13 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
     # how much of what the probe decodes the text features read when they are given it without noise (the probe's
     # out-of-fold predictions as their targets): near 1, the decoded layout is a reading of these text features that
     # the activations make more exactly than a baseline learns it from noisy targets, not a plan (issue 39)
-    share, by, _ = readable_share(best.pred, {b: _baseline_x(b, f, pos) for b in order},
-                                  {b: lsweep if b == "embedding@position" else sw["lex"][b] for b in order},
+    whole = [b for b in order if b not in screened]  # readable_share screens each whole design itself
+    share, by, _ = readable_share(best.pred, {b: _baseline_x(b, f, pos) for b in whole},
+                                  {b: lsweep if b == "embedding@position" else sw["lex"][b] for b in whole},
                                   f["design"].grid, lsweep.outer, f["groups"])
     row = {**tb, "features": "beyond_text", "layer": "best", "position": pos, "baseline": top,
-           "baselines": {b: json_number(v) for b, v in r2s.items()}, "compared_with": order,
+           "baselines": {b: json_number(v) for b, v in r2s.items()},
+           "compared_with": list(dict.fromkeys(b.split("/")[0] for b in order)), "screened": list(SCREEN),
            "r2_resid": json_number(best.r2),
            "r2_baseline": json_number(bres.r2), "delta_beyond": json_number(delta), "delta_mean": json_number(iv.value),
            "delta_ci": [json_number(iv.lo), json_number(iv.hi)], "se": json_number(iv.se), "n_perm": s.perms_beyond,
@@ -377,8 +389,8 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
         fitted = bres.pred
         pseed = derive_seed(s.seed, name, task, t.name, pos, "beyond-text-perm")
         perms = f["design"].permutations(len(t.ids), s.perms_beyond, pseed)
-        p, null = freedman_lane(lsweep, _OneLayer(bsweep, blayers), fitted, t.y, delta, s.perms_beyond, pseed,
-                                perms=perms)
+        p, null = freedman_lane(lsweep, bsweep if top in screened else _OneLayer(bsweep, blayers), fitted, t.y, delta,
+                                s.perms_beyond, pseed, perms=perms)
         row.update(**p_fields("p_fl", null, delta), null_mean=_null_mean(null), perm_seed=pseed, **_moved(f["groups"], perms))
     return row
 

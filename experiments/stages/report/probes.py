@@ -81,7 +81,10 @@ def section(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answe
             blocks.append(para("Beyond these text features: the probe against the strongest of the text baselines "
                                "below (the text ceiling), with a Freedman-Lane permutation test whose null is \"nothing "
                                "beyond that baseline\". The baselines: " + "; ".join(f"{b}: {READS.get(b, b)}" for b in named)
-                               + ". A verdict is about these features, not about \"the text\": a reading of the words no "
+                               + ". Each lexical baseline is a candidate twice more, through its 4 and its 16 columns most "
+                               "associated with the target, chosen on each fold's training rows (a ceiling named b/4): a "
+                               "sparse feature, one word's place among hundreds of place columns, is drowned under one "
+                               "ridge penalty over the whole design. A verdict is about these features, not about \"the text\": a reading of the words no "
                                "baseline makes counts as beyond them. The test also rejects when the activations hold a "
                                "text feature along one direction that a baseline must learn from noisy targets; so the "
                                "verdict asks, besides q < 0.05 and the interval above 0, that the text features reproduce "
