@@ -74,7 +74,10 @@ def test_probe_stage_recovers_the_planners_plans_and_not_the_siblings(tmp_path):
         # beyond the text (issue 19): no lexical reading of the prompt, the model's own input embeddings included,
         # gives an XOR of two words, so the plan is beyond every baseline and the Freedman-Lane p is at its floor
         bt = one(model=m, target="own", features="beyond_text", position="last")
-        assert bt["r2_baseline"] < 0.2 and bt["delta_beyond"] > 0.5 and bt["p_fl"] <= 0.01, bt
+        whole = {b: v for b, v in bt["baselines"].items() if "/" not in b}  # every reading's whole design
+        # (a screened ceiling, issue 39's reading through its 4 or 16 columns most associated with the target, reads
+        # 0.2-0.3 of the plan's word pairs; the plan stays beyond it by more than 0.5)
+        assert max(whole.values()) < 0.2 and bt["delta_beyond"] > 0.5 and bt["p_fl"] <= 0.01, bt
         layers = sorted((r for r in rows if r["model"] == m and r.get("target") == "own" and r.get("features") == "resid"
                          and r["position"] == "last" and isinstance(r["layer"], int)), key=lambda r: r["layer"])
         assert layers[0]["r2"] < 0.1 and max(r["r2"] for r in layers) > 0.8  # not in the embeddings; in the stream

@@ -61,12 +61,14 @@ TEXT_GRID = Grid(pca=(2, 4, 8, 16, 32), alphas=GRID.alphas, outer=5, inner=5)
 
 
 def test_beyond_text_known_answers():
-    """Activations that hold only the prompt's words: the beyond-text Delta ~0 and its Freedman-Lane p is rarely
-    small, while the paper's Delta against TF-IDF with its plain permutation test calls them "significant" (the
-    broken variant). A hidden plan in the activations: p at its floor in every data set."""
+    """Activations that hold only the prompt's words: the beyond-text Delta is not above 0 (about 0 against the whole
+    designs; about -0.17 since issue 39's screened ceilings, which read the two relevant words with a few coefficients
+    where the noisy activations cannot) and its Freedman-Lane p is rarely small, while the paper's Delta against
+    TF-IDF with its plain permutation test calls them "significant" (the broken variant). A hidden plan in the
+    activations: p at its floor in every data set."""
     words = beyond_text_replications(Population("text-only", **TEXT), 80, 30, TEXT_GRID, n_perm=99)
     p_fl = np.array([r["p_fl"] for r in words])
-    assert np.mean(p_fl <= 0.05) <= 0.1 and abs(np.mean([r["beyond"] for r in words])) < 0.05
+    assert np.mean(p_fl <= 0.05) <= 0.1 and np.mean([r["beyond"] for r in words]) < 0.05
     assert np.mean([r["p_paper"] <= 0.05 for r in words]) >= 0.5
     plan = beyond_text_replications(Population("planted", **TEXT), 80, 8, TEXT_GRID, n_perm=199)
     assert all(r["p_fl"] < 0.01 and r["beyond"] > 0.1 for r in plan)
