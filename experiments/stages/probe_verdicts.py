@@ -39,7 +39,8 @@ def beyond_verdict(r: dict[str, Any]) -> str:
     features it was compared with, never "the text"."""
     feats = ", ".join(r.get("compared_with") or [r.get("baseline", "?")])
     if r.get("screened"):  # the ceilings also read each baseline through its most associated columns (issue 39)
-        feats += f"; each whole and through its {' and '.join(str(k) for k in r['screened'])} columns most associated with the target"
+        feats += (f"; the lexical ones also through their {' and '.join(str(k) for k in r['screened'])} columns most "
+                  "associated with the target")
     scope = VERDICT_SCOPE.get(r.get("grouping", "none"), VERDICT_SCOPE["none"])
     outcome = beyond_outcome(r.get("q_bh", r.get("p_fl")), (r.get("delta_ci") or [None])[0], r.get("text_readable"),
                              r.get("signal") == NO_SIGNAL)
