@@ -253,9 +253,11 @@ def _probe_model(run: RunDir, name: str, task: str, role: str, st: Any, targets:
             lex = {b: x.layer(t.y, 0) for b, x in sw["lex"].items()}
             for b, res in lex.items():
                 sums.add(("text" if b == "tfidf" else "lexical", b), t.name, t.y, res.pred, folds, g)
-            # each lexical reading also through its SCREEN columns most associated with the target (issue 39)
+            # each lexical reading also through its SCREEN columns most associated with the target (issue 39): ceilings
+            # of the beyond-text rows, which only the headline targets get
             screened = {f"{b}/{k}": ScreenedSweep(x, t.y, features[tuple(t.ids)]["design"].grid, folds, g, k)
-                        for b, x in features[tuple(t.ids)]["lexical"].items() for k in SCREEN if x.shape[1] > k}
+                        for b, x in features[tuple(t.ids)]["lexical"].items() for k in SCREEN if x.shape[1] > k
+                        if t.name in headline}
             for b, sc in screened.items():
                 sums.add(("lexical", b), t.name, t.y, sc.layer(t.y).pred, folds, g)
             for pos, lsweep in sw["pos"].items():
