@@ -184,6 +184,23 @@ def ensure_folder(name: str, progress: bool = True, evaluate: Callable[..., Any]
     out = cache_dir() / f"{model.name}-{file_digest(src)}-f32"
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         return out
+    import fcntl
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # one conversion at a time per model: a second caller (a parallel test worker, a second study) waits for the first
+    # and reuses its folder instead of converting beside it (two de-quantisations on 2 cores took 60 s each)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+            return out
+        for stale in out.parent.glob(f"{out.name}.partial-*"):  # under the lock: what a killed conversion left
+            shutil.rmtree(stale, ignore_errors=True)
+        _convert(src, out)
+    return out
+
+
+def _convert(src: Path, out: Path) -> None:
+    """De-quantise the GGUF `src` into the float32 Hugging Face folder `out` (published by one rename)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with _gguf_read_once():
@@ -207,4 +224,3 @@ def ensure_folder(name: str, progress: bool = True, evaluate: Callable[..., Any]
         if not (out / "model.safetensors").is_file():
             raise
         shutil.rmtree(tmp, ignore_errors=True)  # another process published the same conversion first
-    return out

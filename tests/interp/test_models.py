@@ -105,3 +105,51 @@ def test_two_conversions_at_once_never_share_a_folder(tmp_path, monkeypatch):
     assert ensure_folder(model.name) == out
     assert (out / "model.safetensors").read_bytes() == b"theirs"
     assert not [p.name for p in out.parent.iterdir() if ".partial" in p.name]  # nothing of its own left behind
+
+
+def test_a_second_caller_waits_for_the_conversion_and_reuses_it(tmp_path, monkeypatch):
+    """Two callers at once (parallel test workers, two studies) convert the model once: the second waits on the cache's
+    lock and reuses the first's folder. Before, each converted it (two de-quantisations of Gemma 3 on 2 cores, 60 s
+    each); a partial folder that a killed conversion left is removed under the lock."""
+    import threading
+    import time
+
+    import transformers
+
+    from interp import models as m
+
+    model = EMBEDDED["smollm2-135m-instruct"]
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / model.gguf).write_bytes(b"GGUF not really")
+    monkeypatch.setenv("AMBENCH_GGUF_DIR", str(tmp_path / "gguf"))
+    monkeypatch.setenv("AMBENCH_CACHE", str(tmp_path / "cache"))
+    out = m.cache_dir() / f"{model.name}-{m.file_digest(tmp_path / 'gguf' / model.gguf)}-f32"
+    killed = out.with_name(f"{out.name}.partial-999999")
+    killed.mkdir(parents=True)
+    converted = []
+
+    class Saved:
+        config = type("Config", (), {})()
+        hf_quantizer = None
+        is_quantized = False
+
+        def save_pretrained(self, folder):
+            (folder / "config.json").write_text("{}")
+            (folder / "model.safetensors").write_bytes(b"weights")
+
+    def slow_model(*a, **k):
+        converted.append(threading.get_ident())
+        time.sleep(0.5)  # the second caller arrives while this one converts
+        return Saved()
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Saved())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", slow_model)
+    got = []
+    callers = [threading.Thread(target=lambda: got.append(ensure_folder(model.name))) for _ in range(2)]
+    for t in callers:
+        t.start()
+        time.sleep(0.1)
+    for t in callers:
+        t.join(timeout=30)
+    assert got == [out, out] and len(converted) == 1
+    assert not killed.exists() and not [p.name for p in out.parent.iterdir() if ".partial" in p.name]
