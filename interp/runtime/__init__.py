@@ -95,6 +95,9 @@ class Runtime:
         self._force_bridge = info.compat
         #: prefill a prompt given several times in one generate() call once (see generate); off only to compare
         self.share_prefill = True
+        #: decode a continue_batch (and a generate whose rows share a prefix) with the prefix's keys and values kept
+        #: once and attended once per step (`kv.share_prefix`); False: every row keeps its own copy, as before
+        self.share_decode = True
         #: the KV caches of the last shared prefixes computed without hooks (`kv.prefix_cache`): a few-shot protocol's
         #: examples are the same in every batch of a stage, so each is computed once per stage, not once per batch
         self._prefixes: dict[tuple[str, tuple[int, ...]], Cache] = {}

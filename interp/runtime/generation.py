@@ -10,6 +10,8 @@ padding on the left (`kv.suffix_block`, `kv.shift_rows`); the runtime's module d
 
 from __future__ import annotations
 
+import copy
+
 import math
 
 from dataclasses import dataclass, field
@@ -182,11 +184,17 @@ def continue_batch(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequen
     try:
         with torch.inference_mode():
             cache = kv.prefix_cache(rt, prefix, path, hooks)  # steering hooks act on the prefix too
+            pre = copy.copy(cache) if rt.share_decode and kv.can_share_prefix(rt, path) else None
+            if pre is not None:  # the prefix's own layers, before shift_rows replaces their tensors
+                pre.layers = [copy.copy(layer) for layer in cache.layers]
             kv.shift_rows(cache, shift)
             with rt._attached(list(hooks) + patch, path):
                 logits, cache = rt._forward(block, mask, cache, path)
             if share:
                 logits, mask = kv.repeat_rows(logits, cache, expand), mask[expand]
+            if pre is not None and (shared := kv.share_prefix(pre, cache, [len(x) for x in suffixes], len(prefix))) is not None:
+                kv.install_shared_prefix_attention()
+                mask = shared
             with rt._attached(hooks, path):
                 return decode(rt, logits, cache, mask, sampling, stop, path, on_token,
                               _room(rt, [len(prefix) + len(x) for x in suffixes]))

@@ -119,6 +119,12 @@ def growing_cache_class() -> type:
     class GrowingLayer(DynamicLayer):
         _kbuf: torch.Tensor | None = None
         _vbuf: torch.Tensor | None = None
+        #: a prefix every row attends before its own slots, kept once (`share_prefix`): (keys, values), batch 1
+        _shared: tuple[torch.Tensor, torch.Tensor] | None = None
+
+        def get_seq_length(self) -> int:
+            own = super().get_seq_length()
+            return own + self._shared[0].shape[-2] if self._shared is not None else own
 
         def _is_view(self) -> bool:
             k, buf = self.keys, self._kbuf
@@ -144,6 +150,8 @@ def growing_cache_class() -> type:
             self._kbuf[:, :, n_old:n_new] = key_states
             self._vbuf[:, :, n_old:n_new] = value_states
             self.keys, self.values = self._kbuf[:, :, :n_new], self._vbuf[:, :, :n_new]
+            if self._shared is not None:  # the attention reads the shared prefix from the keys it is handed
+                setattr(self.keys, SHARED, self._shared)
             return self.keys, self.values
 
     class GrowingCache(DynamicCache):
@@ -216,3 +224,116 @@ def suffix_block(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequence
     for i, p in enumerate(shift):
         mask[i, :p] = 0
     return block, mask, shift
+
+
+# ------------------------------------------------------------------ a shared prefix attended once per step
+
+#: the attribute of a layer's keys that carries the batch-1 prefix keys and values every row attends first
+SHARED = "_ambench_shared_prefix"
+
+
+def torch_float32() -> Any:
+    import torch
+
+    return torch.float32
+
+
+def can_share_prefix(rt: Runtime, path: str) -> bool:
+    """Whether decoding may keep a shared prefix once (`share_prefix`): the model's own blocks ('hf' path) in float32
+    with sdpa attention and no sliding-window layer (there a token's window is counted in cache slots, which the
+    shared layout moves for padded rows). In bfloat16 the scores' products would round to 2^-8 where sdpa's kernel
+    sums in float32, and greedy tokens then differ from generating alone (a tiny llama did); upcasting every cached
+    key each step would cost more than it saves."""
+    cfg = getattr(rt.model, "config", None)
+    if path != "hf" or cfg is None or getattr(cfg, "_attn_implementation", None) != "sdpa":
+        return False
+    if getattr(rt.model, "dtype", None) != torch_float32():
+        return False
+    types = getattr(cfg, "layer_types", None) or ()
+    return not getattr(cfg, "sliding_window", None) and all(t == "full_attention" for t in types)
+
+
+def share_prefix(prefix: Cache, cache: Cache, lengths: Sequence[int], n_pre: int
+                 ) -> Int[torch.Tensor, "batch total"] | None:
+    """Lay out a `continue_batch` cache so that decoding reads the common prefix once per step, not once per row.
+
+    `cache` holds, per row, the prefix shifted right by the row's padding and then the row's block (`suffix_block`:
+    a padded row's block starts with the prefix's last tokens); `prefix` is the batch-1 cache of the prefix itself,
+    `lengths` each row's suffix length. Afterwards each layer keeps the prefix's keys and values once
+    (batch 1, slots 0..n_pre-1 of every row) and, per row, only the slots after the prefix (the suffix, left-padded,
+    then what decoding appends); the attention of a step (`shared_prefix_attention`) scores every row's query
+    against the prefix in one product and against the row's own slots, and takes one softmax over both. The same
+    keys and values are attended with the same mask, so the same attention up to float rounding; on a CPU a decode
+    step reads the cache once per row, and the prefix is most of it (SmolLM2's two worked examples: 807 of ~1,100
+    tokens a row). Returns the mask of the new layout ([rows, n_pre + block width]: the prefix, then in the block
+    only the row's suffix), or None when `cache` is not one this can lay out (then nothing is changed)."""
+    import torch
+
+    cls = growing_cache_class()
+    layers, pre_layers = getattr(cache, "layers", None), getattr(prefix, "layers", None)
+    if not isinstance(cache, cls) or pre_layers is None or layers is None or len(layers) != len(pre_layers):
+        return None
+    if any(getattr(p, "keys", None) is None or p.keys.shape[0] != 1 or p.keys.shape[-2] != n_pre for p in pre_layers):
+        return None
+    width = layers[0].keys.shape[-2] - n_pre
+    if len(lengths) != layers[0].keys.shape[0] or any(not 0 < n <= width for n in lengths):
+        return None
+    for layer, pre in zip(layers, pre_layers):
+        for attr in ("keys", "values"):
+            t = getattr(layer, attr)  # [rows, heads, n_pre + width, head_dim]: the row's slots after the prefix's
+            setattr(layer, attr, t[:, :, n_pre:].contiguous())
+        layer._shared = (pre.keys, pre.values)  # [1, heads, n_pre, head_dim]
+    mask = torch.ones((len(lengths), n_pre + width), dtype=torch.long, device=layers[0].keys.device)
+    for i, n in enumerate(lengths):  # the block's columns before the suffix: padding or the prefix's tail again
+        mask[i, n_pre: n_pre + width - n] = 0
+    return mask
+
+
+def shared_prefix_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            attention_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' sdpa attention, except for keys that carry a shared prefix (`share_prefix`): there, one softmax
+    over the prefix's slots (scored for all rows in one product) and the row's own slots. Every other call goes to
+    sdpa unchanged (`install_shared_prefix_attention`)."""
+    import torch
+
+    shared = getattr(key, SHARED, None)
+    if shared is None:
+        return _SDPA[0](module, query, key, value, attention_mask, *args, **kwargs)
+    pk, pv = shared
+    b, h, q, d = query.shape
+    kvh, n_pre = key.shape[1], pk.shape[-2]
+    g = h // kvh
+    scaling = kwargs.get("scaling")
+    scaling = d ** -0.5 if scaling is None else scaling
+    odd = kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None or kwargs.get("position_bias") is not None
+    if odd or kvh * g != h or (attention_mask is None and q > 1):  # anything else: the full keys, through sdpa
+        full_k = torch.cat([pk.expand(b, -1, -1, -1), key], dim=2)
+        full_v = torch.cat([pv.expand(b, -1, -1, -1), value], dim=2)
+        return _SDPA[0](module, query, full_k, full_v, attention_mask, *args, **kwargs)
+    qg = query.reshape(b, kvh, g * q, d)  # query head j reads key head j // g (transformers' repeat_kv)
+    s_pre = torch.matmul(qg.transpose(0, 1).reshape(kvh, b * g * q, d), pk[0].transpose(-1, -2))  # [kvh, b*g*q, n_pre]
+    s_pre = s_pre.reshape(kvh, b, g * q, n_pre).transpose(0, 1)
+    s_own = torch.matmul(qg, key.transpose(-1, -2))  # [b, kvh, g*q, own]
+    scores = torch.cat([s_pre, s_own], dim=-1) * scaling
+    if attention_mask is not None:  # [b, 1, q, n_pre + own]: bool (True attends) or additive
+        m = attention_mask[..., -scores.shape[-1]:]
+        m = m.unsqueeze(2).expand(b, m.shape[1], g, q, m.shape[-1]).reshape(b, m.shape[1], g * q, m.shape[-1])
+        scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    p_pre, p_own = probs[..., :n_pre], probs[..., n_pre:]
+    out = torch.matmul(p_pre.transpose(0, 1).reshape(kvh, b * g * q, n_pre), pv[0]).reshape(kvh, b, g * q, d)
+    out = out.transpose(0, 1) + torch.matmul(p_own, value)  # [b, kvh, g*q, d]
+    return out.reshape(b, h, q, d).transpose(1, 2).contiguous(), None
+
+
+_SDPA: list[Any] = []
+
+
+def install_shared_prefix_attention() -> None:
+    """Put `shared_prefix_attention` in transformers' "sdpa" slot once (it hands every call without a shared prefix
+    to the sdpa it replaced, so those are computed exactly as before)."""
+    from transformers.modeling_utils import AttentionInterface
+
+    if not _SDPA:
+        _SDPA.append(AttentionInterface._global_mapping["sdpa"])
+        AttentionInterface._global_mapping["sdpa"] = shared_prefix_attention

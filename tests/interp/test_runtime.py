@@ -376,3 +376,52 @@ def test_the_growing_cache_holds_what_concatenation_holds():
     for a, b in zip(mine.layers, ref.layers):
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values) and a.keys.shape[-2] == 70 + 40 + 1 + 5 + 3
     assert mine.get_seq_length() == ref.get_seq_length()
+
+
+def test_a_shared_prefix_is_attended_once_and_decodes_what_each_row_copy_decodes(tiny, monkeypatch):
+    """`kv.share_prefix`: after a continue_batch prefill, the prefix's keys and values are kept once and every row's
+    step scores them with its own slots in one softmax. Each step's distribution (its entropy, from the logits) and
+    every token equal decoding with a copy of the prefix per row (`share_decode = False`), for suffixes of different
+    lengths (a padded row's block starts with the prefix's tail, which the shared layout must mask), greedy and
+    sampled rows. Broken variant: the block's prefix tail left unmasked (attended twice) moves the distributions."""
+    from interp.runtime import kv
+
+    bp = prompts(tiny)[0]
+    prefix = list(bp.tokens)
+    suffixes = [[5, 6, 7, 8, 9, 10, 11], [8], [9, 10], [5, 6, 7, 8, 9, 10, 11]]
+    s = [Sampling(), Sampling(1.0, 3), Sampling(1.0, 4), Sampling()]
+    assert kv.can_share_prefix(tiny, "hf")
+    calls = []
+    real = kv.shared_prefix_attention
+
+    def counted(module, query, key, *a, **k):
+        calls.append(getattr(key, kv.SHARED, None) is not None)
+        return real(module, query, key, *a, **k)
+
+    def run(share):
+        tiny.share_decode = share
+        try:
+            return tiny.continue_batch(prefix, suffixes, s, NOSTOP)
+        finally:
+            tiny.share_decode = True
+
+    copies = run(False)
+    kv.install_shared_prefix_attention()
+    from transformers.modeling_utils import AttentionInterface
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, "sdpa", counted)
+    shared = run(True)
+    assert any(calls) and not all(calls)  # the prefill went to sdpa, the decode steps read the prefix once
+    for a, b in zip(copies, shared):
+        assert a.tokens == b.tokens and len(a.tokens) == NOSTOP.max_new_tokens
+        assert np.allclose(a.entropy, b.entropy, atol=1e-5), (a.entropy, b.entropy)
+
+    plain = kv.share_prefix
+
+    def unmasked(pre, cache, lengths, n_pre):  # the broken variant: every block column attended
+        m = plain(pre, cache, lengths, n_pre)
+        return None if m is None else torch.ones_like(m)
+
+    monkeypatch.setattr(kv, "share_prefix", unmasked)
+    broken = run(True)
+    assert not all(np.allclose(a.entropy, b.entropy, atol=1e-5) for a, b in zip(copies, broken))
