@@ -85,6 +85,9 @@ def add_direction(vector: Float[np.ndarray, " d_model"], positions: Positions = 
         return out
 
     hook.from_first_column = _from_first_column(positions)  # type: ignore[attr-defined]
+    # the same function at every position of every row and pass: a prefix shared by the rows may be computed once
+    # with it (Runtime.generate); "prompt" and "generated" depend on a pass's length, columns on its layout
+    hook.uniform = mode == "all"  # type: ignore[attr-defined]
     return hook
 
 

@@ -119,12 +119,15 @@ def generate(rt: Runtime, prompts: Sequence[Sequence[int]], sampling: Sequence[S
     hooks = checked_hooks(hooks)
     rt.check_names([n for n, _ in hooks])
     check_padding(hooks, [len(p) for p in prompts])
-    common = kv.common_prefix(prompts) if rt.share_prefill and not hooks else 0
+    # hooks that act alike at every position of every row (`hook.uniform`: a steering vector added everywhere) give
+    # the shared prefix what they give each row's copy of it, so it is computed once with them too
+    uniform = all(getattr(getattr(fn, "__wrapped__", fn), "uniform", False) for _, fn in hooks)
+    common = kv.common_prefix(prompts) if rt.share_prefill and uniform else 0
     if common >= kv.SHARED_PREFIX_MIN:
         # every row starts with the same tokens (a few-shot protocol's examples): prefill them once, as
         # continue_batch does; each row then generates what it would alone (tested like continue_batch)
         return continue_batch(rt, list(prompts[0][:common]), [list(p[common:]) for p in prompts], sampling, stop,
-                                   on_token=on_token)
+                              hooks=hooks, on_token=on_token)
     ids, mask, _ = rt.pad(prompts)
     path = rt._path(hooks)
     # a prompt given several times (its greedy and sampled attempts) is prefilled once and its cache row
