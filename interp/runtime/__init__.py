@@ -101,6 +101,8 @@ class Runtime:
         #: the KV caches of the last shared prefixes computed without hooks (`kv.prefix_cache`): a few-shot protocol's
         #: examples are the same in every batch of a stage, so each is computed once per stage, not once per batch
         self._prefixes: dict[tuple[str, tuple[int, ...]], Cache] = {}
+        #: the caches of unhooked prefixes at multiples of kv.PREFIX_CHUNK tokens (`kv.prefix_cache`)
+        self._chunks: dict[tuple[str, tuple[int, ...]], Cache] = {}
         params = inspect.signature(model.forward).parameters
         self._logits_to_keep = "logits_to_keep" in params
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -343,6 +345,8 @@ class Runtime:
 
     #: shared prefixes whose KV caches `kv.prefix_cache` keeps (a study's stage alternates at most between its tasks')
     PREFIXES_KEPT = 2
+    #: boundary caches `kv.prefix_cache` keeps: SmolLM2's two worked examples (807 tokens) end three of them
+    CHUNKS_KEPT = 4
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sequence[Sampling], stop: StopRule = StopRule(),
                  hooks: Hooks = (), on_token: Callable[[int], None] | None = None) -> list[Generation]:

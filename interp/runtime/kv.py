@@ -185,24 +185,62 @@ def shift_rows(cache: Cache, shift: Sequence[int]) -> None:
             setattr(layer, attr, out)
 
 
+#: an unhooked prefix is computed in pieces that end at multiples of this many tokens (`prefix_cache`)
+PREFIX_CHUNK = 256
+
+
 def prefix_cache(rt: Runtime, prefix: Sequence[int], path: str, hooks: Hooks = ()) -> Cache:
     """A fresh KV cache of `prefix` (batch 1). Unhooked ones are computed on first use, then copied from the
     last `rt.PREFIXES_KEPT` prefixes (the same tensors as computing it again: the same call on the same weights);
-    a hooked one is computed each time with its hooks and not kept."""
+    a hooked one is computed each time with its hooks and not kept.
+
+    An unhooked prefix is computed in pieces ending at each multiple of `PREFIX_CHUNK` tokens, then the rest, and
+    the cache at each such boundary is kept (the last `rt.CHUNKS_KEPT`): prefixes that begin alike (every cut of
+    the intervention stage starts with the same worked examples and prompt) compute their common start once. The
+    pieces are the same for a prefix whatever was computed before, so its cache does not depend on the order of
+    the calls (a resumed stage computes what an unbroken one did; tested)."""
     import torch
 
     key = (path, tuple(prefix))
     kept = None if hooks else rt._prefixes.pop(key, None)
-    if kept is None:
+    if kept is None and not hooks:
+        kept = _in_chunks(rt, list(prefix), path)
+    elif kept is None:
         pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=rt.device)
         with torch.inference_mode(), rt._attached(hooks, path):
             _, kept = rt._forward(pre_ids, torch.ones_like(pre_ids), rt._new_cache(), path)
-        if hooks:
-            return kept
+        return kept
     rt._prefixes[key] = kept  # most recently used last
     while len(rt._prefixes) > rt.PREFIXES_KEPT:
         rt._prefixes.pop(next(iter(rt._prefixes)))
     return copy.deepcopy(kept)
+
+
+def _in_chunks(rt: Runtime, prefix: list[int], path: str) -> Cache:
+    """The cache of `prefix`, computed from the longest kept boundary cache that it starts with (`prefix_cache`)."""
+    import torch
+
+    n = len(prefix)
+    bounds = list(range(PREFIX_CHUNK, n, PREFIX_CHUNK))
+    start, cache = 0, None
+    for b in reversed(bounds):
+        got = rt._chunks.pop((path, tuple(prefix[:b])), None)
+        if got is not None:
+            rt._chunks[(path, tuple(prefix[:b]))] = got  # most recently used last
+            start, cache = b, copy.deepcopy(got)
+            break
+    if cache is None:
+        cache = rt._new_cache()
+    with torch.inference_mode():
+        for end in [b for b in bounds if b > start] + [n]:
+            ids = torch.tensor([prefix[start:end]], dtype=torch.long, device=rt.device)
+            _, cache = rt._forward(ids, torch.ones((1, end), dtype=torch.long, device=rt.device), cache, path)
+            if end < n:
+                rt._chunks[(path, tuple(prefix[:end]))] = copy.deepcopy(cache)
+                while len(rt._chunks) > rt.CHUNKS_KEPT:
+                    rt._chunks.pop(next(iter(rt._chunks)))
+            start = end
+    return cache
 
 
 def suffix_block(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequence[int]]

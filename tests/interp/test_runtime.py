@@ -468,3 +468,56 @@ def test_a_steering_vector_added_everywhere_is_added_to_a_shared_prefix_once(tin
     broken = tiny.generate(bp, samp, NOSTOP, hooks=hooks)
     # measured: 7e-5..9e-5 on this tiny model, whose last tokens read the prefix weakly
     assert not all(np.allclose(a.entropy, b.entropy, atol=1e-5) for a, b in zip(steered, broken))
+
+
+def test_a_prefix_is_computed_in_fixed_pieces_whatever_came_before(tiny, monkeypatch):
+    """`kv.prefix_cache` computes an unhooked prefix in pieces that end at multiples of PREFIX_CHUNK tokens and keeps
+    the cache at each boundary, so prefixes that begin alike (the intervention stage's cuts: the same worked examples
+    and prompt, then other code) compute their common start once. A prefix's cache is bit for bit the same whether
+    or not another prefix left boundary caches behind (a resumed stage computes what an unbroken one did), and
+    continuing from it decodes what the whole prompt decodes alone. Broken variant: resuming from the longest
+    common start with the prefix computed before (not a fixed boundary) is not the same cache."""
+    from interp.runtime import kv
+
+    bp = [list(b.tokens) for b in prompts(tiny, Protocol("few-shot", shots=2))]
+    a, b = bp[0] + [5, 6, 7], bp[2] + [8, 9]
+    common = kv.common_prefix([a, b])
+    assert common > 3 * kv.PREFIX_CHUNK and common % kv.PREFIX_CHUNK
+    whole = len(a) // kv.PREFIX_CHUNK  # a's pieces: `whole` full ones, then the rest
+
+    def fresh(prefix, before=None):
+        tiny._prefixes.clear()
+        tiny._chunks.clear()
+        if before is not None:
+            kv.prefix_cache(tiny, before, "hf")
+        forwards.clear()
+        return kv.prefix_cache(tiny, prefix, "hf")
+
+    forwards = []
+    real = tiny._forward
+    monkeypatch.setattr(tiny, "_forward", lambda ids, *r: forwards.append(ids.shape[1]) or real(ids, *r))
+    alone = fresh(a)
+    assert forwards == [kv.PREFIX_CHUNK] * whole + [len(a) - whole * kv.PREFIX_CHUNK]
+    after = fresh(a, before=b)
+    # a computes only its pieces after the last boundary it shares with b (768)
+    assert forwards == [kv.PREFIX_CHUNK] * (whole - 3) + [len(a) - whole * kv.PREFIX_CHUNK]
+    for x, y in zip(alone.layers, after.layers):
+        assert torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values)
+    monkeypatch.setattr(tiny, "_forward", real)
+    rule = StopRule(max_new_tokens=6, eos=False, fence=False)
+    assert tiny.continue_batch(a[:-1], [a[-1:]], [Sampling()], rule)[0].tokens == tiny.generate([a], [Sampling()], rule)[0].tokens
+
+    def longest_common_start(rt, prefix, path):  # the broken variant: resume where the prefix before stopped sharing
+        import torch
+
+        cache = rt._new_cache()
+        with torch.inference_mode():
+            for piece in (prefix[:common], prefix[common:]):
+                done = cache.get_seq_length()
+                ids = torch.tensor([piece])
+                _, cache = rt._forward(ids, torch.ones((1, done + len(piece)), dtype=torch.long), cache, path)
+        return cache
+
+    monkeypatch.setattr(kv, "_in_chunks", longest_common_start)
+    broken = fresh(a)
+    assert not all(torch.equal(x.keys, y.keys) for x, y in zip(alone.layers, broken.layers))
