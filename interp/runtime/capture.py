@@ -149,11 +149,15 @@ def capture(rt: Runtime, prompts: Sequence[Sequence[int]], positions: Sequence[S
     try:
         for common, rows in groups:
             if common >= kv.SHARED_PREFIX_MIN:
-                part = capture_after(rt, list(prompts[rows[0]][:common]), [list(prompts[r][common:]) for r in rows],
-                                           [[p - common for p in positions[r]] for r in rows], layers, final)
+                # suffixes of unlike lengths in groups of like length, each a block as wide as its longest
+                for sub in kv.length_groups([len(prompts[r]) - common for r in rows]):
+                    these = [rows[i] for i in sub]
+                    part = capture_after(rt, list(prompts[these[0]][:common]), [list(prompts[r][common:]) for r in these],
+                                         [[p - common for p in positions[r]] for r in these], layers, final)
+                    parts.append((these, part))
             else:
                 part = capture_whole(rt, [prompts[r] for r in rows], [positions[r] for r in rows], layers, final)
-            parts.append((rows, part))
+                parts.append((rows, part))
     except Exception as e:  # noqa: BLE001
         if _is_oom(e):
             raise ModelError(f"out of memory capturing a batch of {len(prompts)}: lower --batch-size") from None

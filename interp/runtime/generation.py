@@ -177,27 +177,54 @@ def continue_batch(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequen
     unique, expand = kv.distinct_rows(suffixes)
     share = rt.share_prefill and not hooks and not prefill_hooks and len(unique) < b
     block_rows = [suffixes[u] for u in unique] if share else list(suffixes)
-    block, mask, shift = kv.suffix_block(rt, prefix, block_rows)
-    width = block.shape[1]
     path = rt._path(list(hooks) + list(prefill_hooks))
-    in_suffix = torch.zeros((b, width), dtype=torch.bool)
-    for i, s in enumerate(suffixes):
-        in_suffix[i, width - len(s):] = True
-    patch = [(name, only_where(fn, in_suffix)) for name, fn in prefill_hooks] if any(shift) else list(prefill_hooks)
+    shared = rt.share_decode and kv.can_share_prefix(rt, path)
+    # suffixes of unlike lengths are prefilled in groups of like length (kv.length_groups) when the decode keeps the
+    # prefix once (its layout joins blocks of any width); prefill hooks are masked to one block's layout
+    groups = kv.length_groups([len(x) for x in block_rows]) if shared and not prefill_hooks else [list(range(len(block_rows)))]
     try:
         with torch.inference_mode():
-            cache = kv.prefix_cache(rt, prefix, path, hooks)  # steering hooks act on the prefix too
-            pre = copy.copy(cache) if rt.share_decode and kv.can_share_prefix(rt, path) else None
-            if pre is not None:  # the prefix's own layers, before shift_rows replaces their tensors
-                pre.layers = [copy.copy(layer) for layer in cache.layers]
-            kv.shift_rows(cache, shift)
-            with rt._attached(list(hooks) + patch, path):
-                logits, cache = rt._forward(block, mask, cache, path)
-            if share:
-                logits, mask = kv.repeat_rows(logits, cache, expand), mask[expand]
-            if pre is not None and (shared := kv.share_prefix(pre, cache, [len(x) for x in suffixes], len(prefix))) is not None:
+            base = kv.prefix_cache(rt, prefix, path, hooks)  # steering hooks act on the prefix too
+            pre = None
+            if shared:  # the prefix's own layers, before shift_rows replaces their tensors
+                pre = copy.copy(base)
+                pre.layers = [copy.copy(layer) for layer in base.layers]
+            parts = []
+            for gi, rows in enumerate(groups):
+                block, mask, shift = kv.suffix_block(rt, prefix, [block_rows[r] for r in rows])
+                patch = list(prefill_hooks)
+                if prefill_hooks and any(shift):
+                    width = block.shape[1]
+                    in_suffix = torch.zeros((b, width), dtype=torch.bool)
+                    for i, x in enumerate(suffixes):
+                        in_suffix[i, width - len(x):] = True
+                    patch = [(name, only_where(fn, in_suffix)) for name, fn in prefill_hooks]
+                cache = base if gi == len(groups) - 1 else copy.deepcopy(base)
+                kv.shift_rows(cache, shift)
+                with rt._attached(list(hooks) + patch, path):
+                    logits, cache = rt._forward(block, mask, cache, path)
+                parts.append((cache, rows, logits, mask))
+            if len(parts) == 1:
+                _, _, logits, mask = parts[0]
+                cache = parts[0][0]
+                if share:
+                    logits, mask = kv.repeat_rows(logits, cache, expand), mask[expand]
+                laid = kv.share_prefix(pre, [(cache, range(b))], [len(x) for x in suffixes], len(prefix)) if shared else None
+                if laid is not None:
+                    cache, mask = laid
+            else:  # groups: only with the shared layout, which joins them
+                logits = torch.empty((len(block_rows), parts[0][2].shape[-1]), dtype=parts[0][2].dtype, device=parts[0][2].device)
+                for _, rows, lg, _ in parts:
+                    logits[torch.tensor(rows, device=logits.device)] = lg
+                laid = kv.share_prefix(pre, [(c, rows) for c, rows, _, _ in parts], [len(x) for x in block_rows], len(prefix))
+                if laid is None:
+                    raise ModelError("the prefilled groups could not be joined into one cache")  # not reached: checked
+                cache, _ = laid
+                if share:
+                    logits = kv.repeat_rows(logits, cache, expand)
+                mask = kv.shared_mask([len(x) for x in suffixes], len(prefix), max(len(x) for x in block_rows), logits.device)
+            if laid is not None:
                 kv.install_shared_prefix_attention()
-                mask = shared
             with rt._attached(hooks, path):
                 return decode(rt, logits, cache, mask, sampling, stop, path, on_token,
                               _room(rt, [len(prefix) + len(x) for x in suffixes]))

@@ -89,20 +89,21 @@ def test_repeated_suffixes_after_a_shared_prefix_are_prefilled_once(tiny, monkey
     bp = [b.tokens for b in prompts(tiny, shots)]
     rows = [bp[0]] * 3 + [bp[1]] * 3 + [bp[2]] * 2
     samp = [Sampling(0.0 if i % 3 == 0 else 1.0, 300 + i) for i in range(len(rows))]
-    widths = []
-    real = Runtime._forward
+    from interp.runtime import kv
 
-    def counting(self, ids, mask, cache, path):
-        widths.append(tuple(ids.shape))
-        return real(self, ids, mask, cache, path)
+    blocks = []
+    real = kv.suffix_block
 
-    monkeypatch.setattr(Runtime, "_forward", counting)
+    def counting(rt, prefix, suffixes):
+        blocks.append(len(suffixes))
+        return real(rt, prefix, suffixes)
+
+    monkeypatch.setattr(kv, "suffix_block", counting)
     tiny.generate(rows, samp, NOSTOP)
-    blocks = [w for w in widths if w[1] > 1]  # the prefix (if not kept from before) and the suffix block
-    assert blocks[-1][0] == 3, blocks
-    widths.clear()
+    assert sum(blocks) == 3, blocks  # in one block, or in groups of like length (kv.length_groups): each suffix once
+    blocks.clear()
     tiny.generate(rows, samp, NOSTOP, hooks=[("blocks.1.hook_resid_pre", lambda act, hook: act)])
-    assert [w for w in widths if w[1] > 1][-1][0] == len(rows)
+    assert blocks == []  # a hook that is not uniform: every row's whole prompt, prefilled as it is
 
 
 def test_sampled_attempt_regenerates_alone_and_seeds_matter(tiny):
@@ -416,13 +417,24 @@ def test_a_shared_prefix_is_attended_once_and_decodes_what_each_row_copy_decodes
         assert a.tokens == b.tokens and len(a.tokens) == NOSTOP.max_new_tokens
         assert np.allclose(a.entropy, b.entropy, atol=1e-5), (a.entropy, b.entropy)
 
-    plain = kv.share_prefix
+    # suffixes of unlike lengths: prefilled in groups of like length (kv.length_groups), joined into one layout
+    other = list(prompts(tiny)[1].tokens)
+    suffixes[:] = [other[:1], other[:200], other[3:5], other[:210], other[7:8]]
+    s[:] = [Sampling(), Sampling(1.0, 5), Sampling(), Sampling(1.0, 6), Sampling(1.0, 6)]
+    assert len(kv.length_groups([len(x) for x in suffixes])) == 2
+    copies, calls[:] = run(False), []
+    shared = run(True)
+    assert any(calls)
+    for a, b in zip(copies, shared):
+        assert a.tokens == b.tokens
+        assert np.allclose(a.entropy, b.entropy, atol=1e-5), (a.entropy, b.entropy)
 
-    def unmasked(pre, cache, lengths, n_pre):  # the broken variant: every block column attended
-        m = plain(pre, cache, lengths, n_pre)
-        return None if m is None else torch.ones_like(m)
+    plain = kv.shared_mask
 
-    monkeypatch.setattr(kv, "share_prefix", unmasked)
+    def unmasked(lengths, n_pre, width, device=None):  # the broken variant: every block column attended
+        return torch.ones_like(plain(lengths, n_pre, width, device))
+
+    monkeypatch.setattr(kv, "shared_mask", unmasked)
     broken = run(True)
     assert not all(np.allclose(a.entropy, b.entropy, atol=1e-5) for a, b in zip(copies, broken))
 
