@@ -16,12 +16,12 @@
 #     oracle "model": must pass the gate at PIoU 1.000), and the null baseline
 #  5. `ambench report OUT/organisms OUT/study --out OUT/report`: the one page to open, the methods
 #     validated on the organisms first, then SmolLM2's results
-#  Steps 1, 3 and 4 run one after the other beside step 2, each study with one thread (OMP_NUM_THREADS=1):
-#  on a 2-core machine the two studies then share the cores instead of taking turns (the organisms are tiny
-#  models that gain nothing from a second thread), and the main job takes about the time of the longer
-#  side, the SmolLM2 study. (Two threads for it were slower: 11.1 against 10.3 minutes, because while the
-#  organisms run its two threads wait on a busy core: its first generation took 413 s against 255 s.)
-#  Steps 3 and 4 (20 s) sit on the shorter side; their output is printed when both sides are done.
+#  Steps 1 and 2 run beside each other, each study with one thread (OMP_NUM_THREADS=1): on a 2-core machine
+#  the two studies then share the cores instead of taking turns (the organisms are tiny models that gain
+#  nothing from a second thread), and the main job takes about the time of the longer side. (Two threads for
+#  the SmolLM2 study were slower: 11.1 against 10.3 minutes, because while the organisms run its two threads
+#  wait on a busy core.) Steps 3 and 4 (12 s) run after whichever study ends first (on a fresh clone of an
+#  idle AMD EPYC: SmolLM2's 269 s against the organisms' 305 s); their output is printed when both sides are done.
 #  Every stage resumes: rerunning the command continues where a killed run stopped.
 #  At the end it prints the time of each step and of each stage of the two studies (wall and CPU
 #  seconds, with the 1-minute load average), also kept in OUT/timings.jsonl.
@@ -86,13 +86,18 @@ $AMB translation score --refs "$OUT/translation_refs.jsonl" --attempts "$OUT/tra
 $AMB translation baseline --draws 20 --seed 0 > "$OUT/translation_null.txt" || return $?
 cat "$OUT/translation_null.txt"
 }
+steps_3_4() {  # the sandbox and translation steps, on the side whose study ends first (mkdir claims them atomically)
+  mkdir "$OUT/.steps-3-4" 2>/dev/null || return 0
+  step sandbox sandbox >"$OUT/sandbox.log" 2>&1 || return $?
+  step translation translation >"$OUT/translation.log" 2>&1
+}
 JOB0=$(date +%s.%N)
-echo "[1/5] the study on the model organisms, then steps 3 and 4, beside step 2: ambench run --preset organisms --out $OUT/organisms (log: $OUT/organisms.log)"
+echo "[1/5] the study on the model organisms, beside step 2: ambench run --preset organisms --out $OUT/organisms (log: $OUT/organisms.log)"
 rm -f "$OUT/organisms.log" "$OUT/sandbox.log" "$OUT/translation.log"  # no log of an earlier run is shown
+rm -rf "$OUT/.steps-3-4"
 (
   OMP_NUM_THREADS=1 step organisms $AMB run --preset organisms --out "$OUT/organisms" --timings "$TIMES" >"$OUT/organisms.log" 2>&1
-  step sandbox sandbox >"$OUT/sandbox.log" 2>&1
-  step translation translation >"$OUT/translation.log" 2>&1
+  steps_3_4
 ) &
 BESIDE=$!
 kill_tree() {  # a process and every process below it (pkill -P reaches the children only)
@@ -106,6 +111,13 @@ stop_beside() {  # a failed or interrupted step stops the steps beside it too (t
 trap stop_beside EXIT
 echo "[2/5] the study on the embedded model: ambench run --preset quick --out $OUT/study"
 OMP_NUM_THREADS=1 step quick $AMB run --preset quick --out "$OUT/study" --timings "$TIMES" ${AMBENCH_MODEL:+--model "$AMBENCH_MODEL"}
+if ! steps_3_4; then
+  for log in sandbox translation; do
+    if [ -s "$OUT/$log.log" ]; then echo "--- $OUT/$log.log" >&2; tail -20 "$OUT/$log.log" >&2; fi
+  done
+  echo "step 3 or 4 failed (logs above)" >&2
+  exit 1
+fi
 if ! wait "$BESIDE"; then
   for log in organisms sandbox translation; do
     if [ -s "$OUT/$log.log" ]; then echo "--- $OUT/$log.log" >&2; tail -20 "$OUT/$log.log" >&2; fi
@@ -128,7 +140,7 @@ for s in steps:
     table.append({**s, "stage": f"[{s['step']}]"})
     table += [{**r, "stage": "  " + r["stage"]} for r in rows if r["step"] == s["step"] and r["stage"] != "(whole step)"]
 print(format_table(table, total=steps))  # the stages are inside their steps: the total is the steps'
-print(f"the whole job: {float(sys.argv[2]) / 60:.1f} minutes of wall time (the organisms, the sandbox and the translation scoring ran beside the embedded model)")
+print(f"the whole job: {float(sys.argv[2]) / 60:.1f} minutes of wall time (the organisms ran beside the embedded model, the sandbox and the translation scoring after the study that ended first)")
 PY
 echo "report: $OUT/report/index.html"
 echo "done: results in $OUT"
