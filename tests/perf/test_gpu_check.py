@@ -192,6 +192,7 @@ def test_staged_parts_join_only_when_complete_and_intact(tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.xdist_group("real-models")  # beside tests/interp/test_real_models.py: the models converted once
 def test_the_cpu_dry_run_passes(tmp_path):
     """`GPU_CHECK_DEVICE=cpu bash perf/gpu_check.sh` on the real models: every check, every row passing (2.5-5 minutes
     on the shared 2-core machine at load 6-12; docs/runtime.md has its table)."""
