@@ -271,22 +271,18 @@ def suffix_block(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequence
 SHARED = "_ambench_shared_prefix"
 
 
-def torch_float32() -> Any:
-    import torch
-
-    return torch.float32
-
-
 def can_share_prefix(rt: Runtime, path: str) -> bool:
     """Whether decoding may keep a shared prefix once (`share_prefix`): the model's own blocks ('hf' path) in float32
     with sdpa attention and no sliding-window layer (there a token's window is counted in cache slots, which the
     shared layout moves for padded rows). In bfloat16 the scores' products would round to 2^-8 where sdpa's kernel
     sums in float32, and greedy tokens then differ from generating alone (a tiny llama did); upcasting every cached
     key each step would cost more than it saves."""
+    import torch
+
     cfg = getattr(rt.model, "config", None)
     if path != "hf" or cfg is None or getattr(cfg, "_attn_implementation", None) != "sdpa":
         return False
-    if getattr(rt.model, "dtype", None) != torch_float32():
+    if getattr(rt.model, "dtype", None) != torch.float32:
         return False
     types = getattr(cfg, "layer_types", None) or ()
     return not getattr(cfg, "sliding_window", None) and all(t == "full_attention" for t in types)

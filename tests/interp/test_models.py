@@ -68,13 +68,9 @@ def test_a_gguf_folder_is_searched_first_by_file_name(tmp_path, monkeypatch):
         assert gguf_path(model).parent != tmp_path
 
 
-def test_two_conversions_at_once_never_share_a_folder(tmp_path, monkeypatch):
-    """Two processes converting the same GGUF at once (two studies, parallel test workers): each writes a folder of its
-    own, and the one that finishes second keeps the first one's published folder and removes its own. Before, both
-    wrote into one `.partial` folder, which the first renamed away under the second (FileNotFoundError), or a
-    `.partial` was left behind."""
-    import transformers
-
+def _fake_gguf(tmp_path, monkeypatch):
+    """SmolLM2's entry with a stand-in GGUF file in a folder of its own, the cache under tmp_path: (model, the
+    folder its conversion publishes)."""
     from interp import models as m
 
     model = EMBEDDED["smollm2-135m-instruct"]
@@ -82,7 +78,17 @@ def test_two_conversions_at_once_never_share_a_folder(tmp_path, monkeypatch):
     (tmp_path / "gguf" / model.gguf).write_bytes(b"GGUF not really")
     monkeypatch.setenv("AMBENCH_GGUF_DIR", str(tmp_path / "gguf"))
     monkeypatch.setenv("AMBENCH_CACHE", str(tmp_path / "cache"))
-    out = m.cache_dir() / f"{model.name}-{m.file_digest(tmp_path / 'gguf' / model.gguf)}-f32"
+    return model, m.cache_dir() / f"{model.name}-{m.file_digest(tmp_path / 'gguf' / model.gguf)}-f32"
+
+
+def test_two_conversions_at_once_never_share_a_folder(tmp_path, monkeypatch):
+    """Two processes converting the same GGUF at once (two studies, parallel test workers): each writes a folder of its
+    own, and the one that finishes second keeps the first one's published folder and removes its own. Before, both
+    wrote into one `.partial` folder, which the first renamed away under the second (FileNotFoundError), or a
+    `.partial` was left behind."""
+    import transformers
+
+    model, out = _fake_gguf(tmp_path, monkeypatch)
 
     class Saved:
         config = type("Config", (), {})()
@@ -116,14 +122,7 @@ def test_a_second_caller_waits_for_the_conversion_and_reuses_it(tmp_path, monkey
 
     import transformers
 
-    from interp import models as m
-
-    model = EMBEDDED["smollm2-135m-instruct"]
-    (tmp_path / "gguf").mkdir()
-    (tmp_path / "gguf" / model.gguf).write_bytes(b"GGUF not really")
-    monkeypatch.setenv("AMBENCH_GGUF_DIR", str(tmp_path / "gguf"))
-    monkeypatch.setenv("AMBENCH_CACHE", str(tmp_path / "cache"))
-    out = m.cache_dir() / f"{model.name}-{m.file_digest(tmp_path / 'gguf' / model.gguf)}-f32"
+    model, out = _fake_gguf(tmp_path, monkeypatch)
     killed = out.with_name(f"{out.name}.partial-999999")
     killed.mkdir(parents=True)
     converted = []
