@@ -6,8 +6,11 @@
   the layout `continue_batch` uses (the runtime's module docstring says why padding never goes in the middle);
 - `distinct_rows` / `repeat_rows`: a prompt given several times is computed once and its rows repeated;
 - `common_prefix` / `prefix_groups`: which rows share a prefix long enough (`SHARED_PREFIX_MIN`) to compute once;
-- `prefix_cache(rt, prefix)`: that prefix's KV cache, the last `Runtime.PREFIXES_KEPT` kept; `suffix_block`: the
-  tokens and attention mask of the suffixes that follow it.
+- `prefix_cache(rt, prefix)`: that prefix's KV cache, the last `Runtime.PREFIXES_KEPT` kept, computed in fixed
+  `PREFIX_CHUNK`-token pieces whose boundary caches are kept too; `suffix_block`: the tokens and attention mask of
+  the suffixes that follow it, and `length_groups`: suffixes of like length, to prefill in one block each;
+- `share_prefix` / `shared_prefix_attention`: a continue_batch cache laid out with the prefix kept once, which a
+  decode step attends once for all rows (float32, sdpa, no sliding window: `can_share_prefix`).
 """
 
 from __future__ import annotations
