@@ -274,9 +274,16 @@ def suffix_block(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequence
 SHARED = "_ambench_shared_prefix"
 
 
+#: the architectures whose attention goes through transformers' attention functions with the standard arguments, each
+#: checked by tests/interp/archs.py (continue == generate alone). Others keep a copy per row: Falcon calls sdpa
+#: itself (the shared layout's keys then missed the prefix: a crash), DeepSeek V2/V3's latent attention decoded
+#: other tokens (entropies off by 0.035): both found by an outside check; remote code is not known at all
+SHARED_DECODE_TYPES = frozenset({"llama", "qwen2", "qwen3", "glm", "glm4", "mistral", "phi3", "olmo2", "gpt_neox", "gpt2"})
+
+
 def can_share_prefix(rt: Runtime, path: str) -> bool:
-    """Whether decoding may keep a shared prefix once (`share_prefix`): the model's own blocks ('hf' path) in float32
-    with sdpa attention and no sliding-window layer (there a token's window is counted in cache slots, which the
+    """Whether decoding may keep a shared prefix once (`share_prefix`): the model's own blocks ('hf' path) of an
+    architecture in `SHARED_DECODE_TYPES`, in float32, with sdpa attention and no sliding-window layer (there a token's window is counted in cache slots, which the
     shared layout moves for padded rows). In bfloat16 the scores' products would round to 2^-8 where sdpa's kernel
     sums in float32, and greedy tokens then differ from generating alone (a tiny llama did); upcasting every cached
     key each step would cost more than it saves."""
@@ -284,6 +291,8 @@ def can_share_prefix(rt: Runtime, path: str) -> bool:
 
     cfg = getattr(rt.model, "config", None)
     if path != "hf" or cfg is None or getattr(cfg, "_attn_implementation", None) != "sdpa":
+        return False
+    if getattr(cfg, "model_type", None) not in SHARED_DECODE_TYPES or getattr(rt.info, "trust_remote_code", False):
         return False
     if getattr(rt.model, "dtype", None) != torch.float32:
         return False

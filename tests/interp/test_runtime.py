@@ -533,3 +533,57 @@ def test_a_prefix_is_computed_in_fixed_pieces_whatever_came_before(tiny, monkeyp
     monkeypatch.setattr(kv, "_in_chunks", longest_common_start)
     broken = fresh(a)
     assert not all(torch.equal(x.keys, y.keys) for x, y in zip(alone.layers, broken.layers))
+
+
+@pytest.mark.parametrize("arch", ["falcon", "deepseek_v3"])
+def test_an_architecture_outside_the_shared_decode_list_keeps_a_copy_per_row(arch, tmp_path):
+    """The shared-prefix decode serves only the architectures whose attention it was checked on
+    (`kv.SHARED_DECODE_TYPES`). An outside check found Falcon, which calls sdpa itself, crashing with it, and DeepSeek
+    V3's latent attention decoding other tokens (entropies off by 0.035): both now keep a copy of the prefix per row
+    and continue each suffix as generating it alone does. Broken variant: the list widened to them fails."""
+    import transformers as tf
+
+    from interp.runtime import kv
+    from tests.interp.tiny import build_tokenizer
+
+    folder = tmp_path / arch
+    tok = build_tokenizer(folder, chat=True)
+    ids = dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+               pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    if arch == "falcon":
+        model = tf.FalconForCausalLM(tf.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                     new_decoder_architecture=True, num_kv_heads=2, **ids))
+    else:
+        model = tf.DeepseekV3ForCausalLM(tf.DeepseekV3Config(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=2048,
+            num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=6,
+            n_routed_experts=2, num_experts_per_tok=1, n_group=1, topk_group=1, first_k_dense_replace=2,
+            moe_intermediate_size=16, **ids))
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)  # sharper distributions: tokens that differ show it
+    model.save_pretrained(folder)
+    rt = Runtime.from_folder(folder, name=arch)
+    assert not kv.can_share_prefix(rt, rt._path([]))
+    bp = list(prompts(rt, Protocol("few-shot", shots=2))[0].tokens)
+    prefix, suffixes = bp[:-4], [bp[-4:], bp[-1:], bp[-2:]]
+    rule = StopRule(max_new_tokens=8, eos=False, fence=False)
+
+    def check():
+        got = rt.continue_batch(prefix, suffixes, [Sampling()] * 3, rule)
+        for sfx, g in zip(suffixes, got):
+            alone = rt.generate([prefix + sfx], [Sampling()], rule)[0]
+            if g.tokens != alone.tokens or not np.allclose(g.entropy, alone.entropy, atol=1e-4):
+                return False
+        return True
+
+    assert check()
+    widened = kv.SHARED_DECODE_TYPES | {rt.model.config.model_type}
+    try:
+        kv.SHARED_DECODE_TYPES = widened
+        broken = check()
+    except RuntimeError:  # Falcon: the keys its own sdpa call gets miss the prefix
+        broken = False
+    finally:
+        kv.SHARED_DECODE_TYPES = widened - {rt.model.config.model_type}
+    assert not broken
