@@ -14,6 +14,7 @@ A zero vector is an exact no-op in every mode (x + 0 == x), so a zero-strength a
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 import numpy as np
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from jaxtyping import Float
 
 Positions = Union[None, str, slice, Sequence[int]]
+#: the hooks `add_direction` made that act alike everywhere (`is_uniform`)
+UNIFORM: "weakref.WeakSet[Callable[..., Any]]" = weakref.WeakSet()
 MODES = ("all", "prompt", "generated")
 
 
@@ -86,9 +89,20 @@ def add_direction(vector: Float[np.ndarray, " d_model"], positions: Positions = 
 
     hook.from_first_column = _from_first_column(positions)  # type: ignore[attr-defined]
     # the same function at every position of every row and pass: a prefix shared by the rows may be computed once
-    # with it (Runtime.generate); "prompt" and "generated" depend on a pass's length, columns on its layout
-    hook.uniform = mode == "all"  # type: ignore[attr-defined]
+    # with it (Runtime.generate); "prompt" and "generated" depend on a pass's length, columns on its layout. Kept in a
+    # registry, not an attribute: functools.wraps copies attributes onto a wrapper that may act otherwise
+    if mode == "all":
+        UNIFORM.add(hook)
     return hook
+
+
+def is_uniform(fn: Any) -> bool:
+    """Whether `fn` is a hook made by `add_direction(v)` with no positions: the same vector added at every position
+    of every row and pass (Runtime.generate may then compute a shared prefix once with it)."""
+    try:
+        return fn in UNIFORM
+    except TypeError:  # not weak-referenceable, so not one of ours
+        return False
 
 
 def _vector(vector: Any) -> np.ndarray:

@@ -119,9 +119,10 @@ def generate(rt: Runtime, prompts: Sequence[Sequence[int]], sampling: Sequence[S
     hooks = checked_hooks(hooks)
     rt.check_names([n for n, _ in hooks])
     check_padding(hooks, [len(p) for p in prompts])
-    # hooks that act alike at every position of every row (`hook.uniform`: a steering vector added everywhere) give
-    # the shared prefix what they give each row's copy of it, so it is computed once with them too
-    uniform = all(getattr(getattr(fn, "__wrapped__", fn), "uniform", False) for _, fn in hooks)
+    # hooks that act alike at every position of every row (`hooks.steer.is_uniform`: a steering vector added
+    # everywhere) give the shared prefix what they give each row's copy of it, so it is computed once with them too;
+    # in float32 only (in bfloat16 the other sums moved a steered row's token at step 6 in an outside check)
+    uniform = not hooks or (_uniform(hooks) and _float32(rt))
     common = kv.common_prefix(prompts) if rt.share_prefill and uniform else 0
     if common >= kv.SHARED_PREFIX_MIN:
         # every row starts with the same tokens (a few-shot protocol's examples): prefill them once, as
@@ -178,10 +179,14 @@ def continue_batch(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequen
     share = rt.share_prefill and not hooks and not prefill_hooks and len(unique) < b
     block_rows = [suffixes[u] for u in unique] if share else list(suffixes)
     path = rt._path(list(hooks) + list(prefill_hooks))
-    shared = rt.share_decode and kv.can_share_prefix(rt, path)
+    # a hook on chosen positions acts on the prefix pass and on each row's block as laid out (a padded row's block
+    # recomputes the prefix's tail): it keeps the layout it was given, a copy of the prefix per row
+    shared = rt.share_decode and kv.can_share_prefix(rt, path) and _uniform(hooks)
     # suffixes of unlike lengths are prefilled in groups of like length (kv.length_groups) when the decode keeps the
     # prefix once (its layout joins blocks of any width); prefill hooks are masked to one block's layout
-    groups = kv.length_groups([len(x) for x in block_rows]) if shared and not prefill_hooks else [list(range(len(block_rows)))]
+    groups = [list(range(len(block_rows)))]
+    if shared and not prefill_hooks:  # prefill hooks are masked to one block's layout
+        groups = kv.length_groups([len(x) for x in block_rows])
     try:
         with torch.inference_mode():
             base = kv.prefix_cache(rt, prefix, path, hooks)  # steering hooks act on the prefix too
@@ -232,6 +237,20 @@ def continue_batch(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequen
         if _is_oom(e):
             raise ModelError(f"out of memory continuing {b} rows on {rt.device}: use fewer continuations") from None
         raise
+
+
+def _uniform(hooks: Hooks) -> bool:
+    """Every hook acts alike at every position of every row and pass (`hooks.steer.is_uniform`); True for none."""
+    from hooks.steer import is_uniform
+    from interp.runtime.forward import unchecked
+
+    return all(is_uniform(unchecked(fn)) for _, fn in hooks)
+
+
+def _float32(rt: Runtime) -> bool:
+    import torch
+
+    return getattr(rt.model, "dtype", None) == torch.float32
 
 
 def _room(rt: Runtime, lengths: Sequence[int]) -> list[int] | None:

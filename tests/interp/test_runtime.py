@@ -587,3 +587,74 @@ def test_an_architecture_outside_the_shared_decode_list_keeps_a_copy_per_row(arc
     finally:
         kv.SHARED_DECODE_TYPES = widened - {rt.model.config.model_type}
     assert not broken
+
+
+def test_hooks_on_chosen_positions_see_the_block_they_saw_before(tiny, monkeypatch):
+    """An outside check: with the suffixes prefilled in groups of like length, a steering hook on chosen positions
+    ("prompt", "generated", [-1]) saw one-token groups as decode steps and moved 3 of 5 rows from the first token
+    (0.076 nats), and [-5] raised on a two-token group. Such hooks now get the one block they got before, so every
+    row equals decoding with a copy of the prefix per row, which they keep (a hook on chosen columns also acts on the
+    prefix pass and on a padded row's recomputed prefix tail, so the shared layout would change what it steers:
+    [-1] moved entropies by 2e-4). Broken variant: grouping them anyway."""
+    from hooks.steer import add_direction
+    from interp.runtime import generation
+
+    bp = list(prompts(tiny, Protocol("few-shot", shots=2))[2].tokens)
+    prefix, other = bp[:300], list(prompts(tiny)[1].tokens)
+    suffixes = [other[:1], (other * 3)[:150], other[2:3], (other * 3)[:160], other[4:5]]
+    v = np.random.default_rng(3).standard_normal(tiny.info.d_model) * 3.0
+    rule = StopRule(max_new_tokens=6, eos=False, fence=False)
+
+    def run(share, positions):
+        tiny.share_decode = share
+        try:
+            hooks = [("blocks.1.hook_resid_pre", add_direction(v, positions=positions))]
+            return tiny.continue_batch(prefix, suffixes, [Sampling()] * 5, rule, hooks=hooks)
+        finally:
+            tiny.share_decode = True
+
+    def same(a, b):
+        return all(x.tokens == y.tokens and np.allclose(x.entropy, y.entropy, atol=1e-5) for x, y in zip(a, b))
+
+    for positions in ("prompt", "generated", [-1]):
+        assert same(run(True, positions), run(False, positions)), positions
+    monkeypatch.setattr(generation, "_uniform", lambda hooks: True)
+    assert not same(run(True, "prompt"), run(False, "prompt"))
+
+
+def test_only_add_direction_everywhere_counts_as_uniform():
+    """`generate` computes a shared prefix once with a hook only if `add_direction(v)` (no positions) made it: a
+    wrapper built with functools.wraps copies a hook's attributes but may act per row, so it is not uniform, and
+    neither are hooks on chosen positions. A float32 check and a hook checked twice are looked through."""
+    import functools
+
+    from hooks.steer import add_direction, is_uniform
+    from interp.runtime.forward import checked_hooks, unchecked
+
+    v = np.ones(4)
+    everywhere = add_direction(v)
+
+    @functools.wraps(everywhere)
+    def per_row(act, hook=None):
+        return everywhere(act, hook) * 2
+
+    assert is_uniform(everywhere) and not is_uniform(per_row)
+    assert not any(is_uniform(add_direction(v, positions=p)) for p in ("prompt", "generated", [-1], slice(0, 2)))
+    twice = checked_hooks(checked_hooks([("x", everywhere)]))[0][1]
+    assert twice is not everywhere and unchecked(twice) is everywhere and is_uniform(unchecked(twice))
+    assert not is_uniform(lambda act, hook=None: act) and not is_uniform(None)
+
+
+def test_a_steered_bfloat16_generation_prefills_each_row_as_before(tiny_folder, monkeypatch):
+    """In bfloat16 the shared prefix's other sums moved a steered row's token at step 6 (an outside check, tiny glm4),
+    where each row's own prefill matched generating alone: a uniform hook shares the prefix in float32 only."""
+    from hooks.steer import add_direction
+    from interp.runtime import kv
+
+    rt = Runtime.from_folder(tiny_folder, name="tiny-bf16", dtype="bfloat16")
+    bp = [b.tokens for b in prompts(rt, Protocol("few-shot", shots=2))]
+    hooks = [("blocks.1.hook_resid_pre", add_direction(np.ones(rt.info.d_model)))]
+    called = []
+    monkeypatch.setattr(kv, "prefix_cache", lambda *a, **k: called.append(1))
+    rt.generate(bp, [Sampling()] * 3, StopRule(max_new_tokens=2, eos=False, fence=False), hooks=hooks)
+    assert called == []
