@@ -122,7 +122,7 @@ def generate(rt: Runtime, prompts: Sequence[Sequence[int]], sampling: Sequence[S
     # hooks that act alike at every position of every row (`hooks.steer.is_uniform`: a steering vector added
     # everywhere) give the shared prefix what they give each row's copy of it, so it is computed once with them too;
     # in float32 only (in bfloat16 the other sums moved a steered row's token at step 6 in an outside check)
-    uniform = not hooks or (_uniform(hooks) and _float32(rt))
+    uniform = not hooks or (_uniform(hooks) and kv.is_float32(rt))
     common = kv.common_prefix(prompts) if rt.share_prefill and uniform else 0
     if common >= kv.SHARED_PREFIX_MIN:
         # every row starts with the same tokens (a few-shot protocol's examples): prefill them once, as
@@ -209,27 +209,23 @@ def continue_batch(rt: Runtime, prefix: Sequence[int], suffixes: Sequence[Sequen
                 with rt._attached(list(hooks) + patch, path):
                     logits, cache = rt._forward(block, mask, cache, path)
                 parts.append((cache, rows, logits, mask))
-            if len(parts) == 1:
-                _, _, logits, mask = parts[0]
-                cache = parts[0][0]
-                if share:
-                    logits, mask = kv.repeat_rows(logits, cache, expand), mask[expand]
-                laid = kv.share_prefix(pre, [(cache, range(b))], [len(x) for x in suffixes], len(prefix)) if shared else None
-                if laid is not None:
-                    cache, mask = laid
-            else:  # groups: only with the shared layout, which joins them
-                logits = torch.empty((len(block_rows), parts[0][2].shape[-1]), dtype=parts[0][2].dtype, device=parts[0][2].device)
-                for _, rows, lg, _ in parts:
-                    logits[torch.tensor(rows, device=logits.device)] = lg
+            laid = None
+            if shared:  # the groups' rows in one cache that keeps the prefix once, then the repeated rows
+                logits = parts[0][2]
+                if len(parts) > 1:
+                    logits = logits.new_empty((len(block_rows), logits.shape[-1]))
+                    for _, rows, lg, _ in parts:
+                        logits[torch.tensor(rows, device=logits.device)] = lg
                 laid = kv.share_prefix(pre, [(c, rows) for c, rows, _, _ in parts], [len(x) for x in block_rows], len(prefix))
-                if laid is None:
+                if laid is None and len(parts) > 1:
                     raise ModelError("the prefilled groups could not be joined into one cache")  # not reached: checked
-                cache, _ = laid
-                if share:
-                    logits = kv.repeat_rows(logits, cache, expand)
-                mask = kv.shared_mask([len(x) for x in suffixes], len(prefix), max(len(x) for x in block_rows), logits.device)
             if laid is not None:
+                cache, mask = laid
                 kv.install_shared_prefix_attention()
+            else:
+                cache, _, logits, mask = parts[0]
+            if share:
+                logits, mask = kv.repeat_rows(logits, cache, expand), mask[expand]
             with rt._attached(hooks, path):
                 return decode(rt, logits, cache, mask, sampling, stop, path, on_token,
                               _room(rt, [len(prefix) + len(x) for x in suffixes]))
@@ -245,12 +241,6 @@ def _uniform(hooks: Hooks) -> bool:
     from interp.runtime.forward import unchecked
 
     return all(is_uniform(unchecked(fn)) for _, fn in hooks)
-
-
-def _float32(rt: Runtime) -> bool:
-    import torch
-
-    return getattr(rt.model, "dtype", None) == torch.float32
 
 
 def _room(rt: Runtime, lengths: Sequence[int]) -> list[int] | None:

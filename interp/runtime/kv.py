@@ -205,19 +205,23 @@ def prefix_cache(rt: Runtime, prefix: Sequence[int], path: str, hooks: Hooks = (
     the calls (a resumed stage computes what an unbroken one did; tested)."""
     import torch
 
-    key = (path, tuple(prefix))
-    kept = None if hooks else rt._prefixes.pop(key, None)
-    if kept is None and not hooks:
-        kept = _in_chunks(rt, list(prefix), path)
-    elif kept is None:
+    if hooks:
         pre_ids = torch.tensor([list(prefix)], dtype=torch.long, device=rt.device)
         with torch.inference_mode(), rt._attached(hooks, path):
-            _, kept = rt._forward(pre_ids, torch.ones_like(pre_ids), rt._new_cache(), path)
-        return kept
-    rt._prefixes[key] = kept  # most recently used last
-    while len(rt._prefixes) > rt.PREFIXES_KEPT:
-        rt._prefixes.pop(next(iter(rt._prefixes)))
-    return copy.deepcopy(kept)
+            _, cache = rt._forward(pre_ids, torch.ones_like(pre_ids), rt._new_cache(), path)
+        return cache
+    key = (path, tuple(prefix))
+    kept = rt._prefixes.pop(key, None)
+    _keep(rt._prefixes, key, kept if kept is not None else _in_chunks(rt, list(prefix), path), rt.PREFIXES_KEPT)
+    return copy.deepcopy(rt._prefixes[key])
+
+
+def _keep(store: dict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """Put `value` last in the least-recently-used `store` (a dict in use order), dropping the oldest past `limit`."""
+    store.pop(key, None)
+    store[key] = value
+    while len(store) > limit:
+        store.pop(next(iter(store)))
 
 
 def _in_chunks(rt: Runtime, prefix: list[int], path: str) -> Cache:
@@ -228,9 +232,9 @@ def _in_chunks(rt: Runtime, prefix: list[int], path: str) -> Cache:
     bounds = list(range(PREFIX_CHUNK, n, PREFIX_CHUNK))
     start, cache = 0, None
     for b in reversed(bounds):
-        got = rt._chunks.pop((path, tuple(prefix[:b])), None)
+        got = rt._chunks.get((path, tuple(prefix[:b])))
         if got is not None:
-            rt._chunks[(path, tuple(prefix[:b]))] = got  # most recently used last
+            _keep(rt._chunks, (path, tuple(prefix[:b])), got, rt.CHUNKS_KEPT)  # most recently used last
             start, cache = b, copy.deepcopy(got)
             break
     if cache is None:
@@ -240,9 +244,7 @@ def _in_chunks(rt: Runtime, prefix: list[int], path: str) -> Cache:
             ids = torch.tensor([prefix[start:end]], dtype=torch.long, device=rt.device)
             _, cache = rt._forward(ids, torch.ones((1, end), dtype=torch.long, device=rt.device), cache, path)
             if end < n:
-                rt._chunks[(path, tuple(prefix[:end]))] = copy.deepcopy(cache)
-                while len(rt._chunks) > rt.CHUNKS_KEPT:
-                    rt._chunks.pop(next(iter(rt._chunks)))
+                _keep(rt._chunks, (path, tuple(prefix[:end])), copy.deepcopy(cache), rt.CHUNKS_KEPT)
             start = end
     return cache
 
@@ -281,20 +283,24 @@ SHARED = "_ambench_shared_prefix"
 SHARED_DECODE_TYPES = frozenset({"llama", "qwen2", "qwen3", "glm", "glm4", "mistral", "phi3", "olmo2", "gpt_neox", "gpt2"})
 
 
-def can_share_prefix(rt: Runtime, path: str) -> bool:
-    """Whether decoding may keep a shared prefix once (`share_prefix`): the model's own blocks ('hf' path) of an
-    architecture in `SHARED_DECODE_TYPES`, in float32, with sdpa attention and no sliding-window layer (there a token's window is counted in cache slots, which the
-    shared layout moves for padded rows). In bfloat16 the scores' products would round to 2^-8 where sdpa's kernel
-    sums in float32, and greedy tokens then differ from generating alone (a tiny llama did); upcasting every cached
-    key each step would cost more than it saves."""
+def is_float32(rt: Runtime) -> bool:
     import torch
 
+    return getattr(rt.model, "dtype", None) == torch.float32
+
+
+def can_share_prefix(rt: Runtime, path: str) -> bool:
+    """Whether decoding may keep a shared prefix once (`share_prefix`): the model's own blocks ('hf' path) of an
+    architecture in `SHARED_DECODE_TYPES`, in float32, with sdpa attention and no sliding-window layer (there a
+    token's window is counted in cache slots, which the shared layout moves for padded rows). In bfloat16 the scores'
+    products would round to 2^-8 where sdpa's kernel sums in float32, and greedy tokens then differ from generating
+    alone (a tiny llama did); upcasting every cached key each step would cost more than it saves."""
     cfg = getattr(rt.model, "config", None)
     if path != "hf" or cfg is None or getattr(cfg, "_attn_implementation", None) != "sdpa":
         return False
     if getattr(cfg, "model_type", None) not in SHARED_DECODE_TYPES or getattr(rt.info, "trust_remote_code", False):
         return False
-    if getattr(rt.model, "dtype", None) != torch.float32:
+    if not is_float32(rt):
         return False
     types = getattr(cfg, "layer_types", None) or ()
     return not getattr(cfg, "sliding_window", None) and all(t == "full_attention" for t in types)
