@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
+from typing import Callable
 
 
 class ModelError(RuntimeError):
@@ -42,3 +44,19 @@ def parse_organism(model: str) -> tuple[str, int]:
 
 
 __all__ = ["ORGANISM_PREFIX", "ModelError", "OrganismError", "cache_dir", "parse_organism"]
+
+
+def build_once(out: Path, done: Callable[[], bool], build: Callable[[], None]) -> None:
+    """Build the folder `out` unless `done()`, one process at a time (`flock` on a lock file beside it): a second
+    caller (a parallel test worker, a second study) waits, then finds it done. Under the lock, the `.partial-*`
+    folders beside `out` are what a killed build left, and are removed before `build()` runs."""
+    import fcntl
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done():
+            return
+        for stale in out.parent.glob(f"{out.name}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        build()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from interp.model_names import ORGANISM_PREFIX, ModelError, OrganismError, cache_dir, parse_organism
+from interp.model_names import ORGANISM_PREFIX, ModelError, OrganismError, build_once, cache_dir, parse_organism
 
 
 @dataclass(frozen=True)
@@ -184,18 +184,10 @@ def ensure_folder(name: str, progress: bool = True, evaluate: Callable[..., Any]
     out = cache_dir() / f"{model.name}-{file_digest(src)}-f32"
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         return out
-    import fcntl
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # one conversion at a time per model: a second caller (a parallel test worker, a second study) waits for the first
-    # and reuses its folder instead of converting beside it (two de-quantisations on 2 cores took 60 s each)
-    with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
-            return out
-        for stale in out.parent.glob(f"{out.name}.partial-*"):  # under the lock: what a killed conversion left
-            shutil.rmtree(stale, ignore_errors=True)
-        _convert(src, out)
+    # one conversion at a time per model: a second caller waits for the first and reuses its folder instead of
+    # converting beside it (two de-quantisations of Gemma 3 on 2 cores took 60 s each)
+    build_once(out, lambda: (out / "config.json").is_file() and (out / "model.safetensors").is_file(),
+               lambda: _convert(src, out))
     return out
 
 

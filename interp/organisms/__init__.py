@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 # the name parsing and the cache folder live one floor down, shared with interp.models (no import circle)
 from interp.model_names import ORGANISM_PREFIX as PREFIX
-from interp.model_names import OrganismError, cache_dir
+from interp.model_names import OrganismError, build_once, cache_dir
 from interp.model_names import parse_organism as parse
 
 WEIGHTS = Path(__file__).parent / "weights"
@@ -74,8 +74,6 @@ def build_folder(name: str, out: Path, seed: int, progress: Callable[[int, float
 def folder_for(model: str, progress: Callable[[int, float], None] | None = None, evaluate: Evaluate | None = None) -> Path:
     """The folder of `organism:NAME[@SEED]`: committed, cached, or trained now (see the module docstring); `evaluate`
     scores a folder trained now (`Runtime.load` passes the runtime's `evaluate_organism`)."""
-    import fcntl
-
     name, seed = parse(model)
     from interp.organisms.zoo import DEFAULT_SEED
 
@@ -84,15 +82,10 @@ def folder_for(model: str, progress: Callable[[int, float], None] | None = None,
     out = cache_folder(name, seed)
     if record(out) is not None:
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build per organism at a time; a second caller waits and reuses it
-        if record(out) is not None:
-            return out
-        # under the lock, a partial folder is what a killed build left behind
-        for stale in out.parent.glob(f"{out.name}.partial-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+    def build() -> None:
         if out.exists():  # a folder without a readable training.json was not finished by us
             shutil.rmtree(out)
         build_folder(name, out, seed, progress, evaluate)
+
+    build_once(out, lambda: record(out) is not None, build)  # one build per organism at a time
     return out
