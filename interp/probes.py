@@ -503,6 +503,12 @@ class LayerSweep:
             out[i: i + batch] = pooled_r2_batch(yp, pred)
         return out
 
+    def predict_of(self, y: np.ndarray, layers: Sequence[int] | None = None) -> np.ndarray:
+        """Out-of-fold predictions [B, n, C] of target sets y [B, n, C], each with its layer (and k, alpha) chosen inside
+        the folds among `layers` (default: all); decompositions reused, as `r2_of`."""
+        layers = list(range(self.n_layers)) if layers is None else list(layers)
+        return self._run(np.asarray(y, dtype=np.float64), layers)[0]
+
     def select(self, y: np.ndarray, layer: int = 0) -> tuple[int, float]:
         """(k, alpha) of one layer chosen by K-fold CV over all prompts with the inner folds' criterion: the probe
         one would fit on every prompt (this sweep must have been built with one fold holding every prompt in

@@ -8,8 +8,9 @@ Real activations: the random-planner organism's (a trained 4-layer transformer, 
 - word order: on the same prompts with "by the {place}" moved before "at {time}" in a seeded half of them, share
   0.3 follows that order bit (the place and time words are never adjacent).
 Each target over `--sets` seeded data sets (new directions and noise): the share of p <= 0.05 of the stage's test
-(Freedman-Lane with the ceiling's cross-fitted values, every lexical baseline incl. word order), beside the broken
-variant (the whole designs' in-sample fitted values, the test before issue 28) over `--broken-sets`. Goal: <= 7%.
+(issue 39: the probe's R^2 of the ceiling's residuals, Freedman-Lane null worlds from the ceiling's in-sample fit;
+every lexical baseline and its screened columns), beside the broken variant (the Delta of the two R^2 against the
+whole designs' in-sample fitted values, the test before issue 28) over `--broken-sets`. Goal: <= 7%.
 A hidden plan: simulated activations that hold a plan no word states (`interp.simulate`, planted, n = 80): the
 share of p <= 0.05 (goal: power >= 90%). Seeded: the same table on every run.
 """
@@ -51,8 +52,9 @@ def main() -> None:
             xs = organism_activations(items, position=a.position)
             texts = [i.text for i in items]
             feature = bits if swapped else np.array([" teal " in f" {t} " for t in texts], float)
-            for fitted, count in (("cross", a.sets), ("in-sample", a.broken_sets)):
-                got = [beyond_text_test(xs, texts, y, grid, a.perms, r, fitted=fitted, screened=fitted == "cross")
+            for fitted, count in (("stage", a.sets), ("in-sample", a.broken_sets)):
+                kw = {} if fitted == "stage" else dict(fitted=fitted, screened=False, statistic="difference")
+                got = [beyond_text_test(xs, texts, y, grid, a.perms, r, **kw)
                        for r, y in enumerate(word_targets(feature, count, seed=11))]
                 rows.append((target, fitted, got))
         plan = beyond_text_replications(Population("planted", seed=1, vocab=20, words=4, relevant=2, text_share=0.3,
@@ -70,7 +72,7 @@ def main() -> None:
         print(f"{target:32s} {fitted:13s} {len(got):5d} {np.mean([g['p_fl'] <= 0.05 for g in got]):7.3f} {verdict:7.3f} "
               f"{np.mean([g['beyond'] for g in got]):11.3f} {tops}")
     verdict = np.mean([r["p_fl"] <= 0.05 and r["text_readable"] < READABLE_MAX for r in plan])
-    print(f"{'hidden plan (simulated, n=80)':32s} {'cross':13s} {len(plan):5d} {np.mean([r['p_fl'] <= 0.05 for r in plan]):7.3f} "
+    print(f"{'hidden plan (simulated, n=80)':32s} {'stage':13s} {len(plan):5d} {np.mean([r['p_fl'] <= 0.05 for r in plan]):7.3f} "
           f"{verdict:7.3f} {np.mean([r['beyond'] for r in plan]):11.3f}")
     print(f"\n{time.time() - t0:.0f} s; load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
 

@@ -203,8 +203,10 @@ TEXT_POP = dict(seed=1, vocab=20, words=6, relevant=2, text_share=0.3, act_noise
 TEXT_KINDS = ("text-place", "text-count", "text-order", "text-cooccur", "text-only", "planted")
 #: the beyond-text test's ceilings: the stage's (every lexical reading's whole design, ridge with every component, and
 #: its SCREEN most associated columns), and the whole designs alone (the test before the screened ceilings)
-TEXT_VARIANTS = {"stage": ("full", True), "whole": ("full", False)}
-TEXT_LABELS = {"stage": "whole + screened (stage)", "whole": "whole designs (before)"}
+TEXT_VARIANTS = {"stage": ("full", True, "residual"), "difference": ("full", True, "difference"),
+                 "whole": ("full", False, "difference")}
+TEXT_LABELS = {"stage": "residual, whole + screened (stage)", "difference": "Delta, whole + screened (before)",
+               "whole": "Delta, whole designs (before)"}
 
 
 def _text(job: tuple) -> tuple:
@@ -213,24 +215,26 @@ def _text(job: tuple) -> tuple:
     from interp.simulate import Population, beyond_text_replications
 
     kind, n, reps, n_perm, seed, variant = job
-    bgrid, screened = TEXT_VARIANTS[variant]
+    bgrid, screened, statistic = TEXT_VARIANTS[variant]
     with threadpool_limits(1):
         return job, beyond_text_replications(Population(kind, **TEXT_POP), n, reps, _grid(GRID_ARGS), n_perm, seed=seed,
-                                             baseline_grid=bgrid, screened=screened)
+                                             baseline_grid=bgrid, screened=screened, statistic=statistic)
 
 
-def text_features(ex, reps: int, n_perm: int, n: int = 80, chunks: int = 4) -> None:
+def text_features(ex, reps: int, n_perm: int, n: int = 80, chunks: int = 4, seed0: int = 500,
+                  variants: tuple[str, ...] = tuple(TEXT_VARIANTS)) -> None:
     """The beyond-text test where the activations hold one text feature exactly (issue 39), printed."""
     from interp.baselines import READABLE_MAX
 
-    jobs = [(k, n, c, n_perm, 500 + sum(_split(reps, chunks)[:i]), v) for k in TEXT_KINDS for v in TEXT_VARIANTS
+    jobs = [(k, n, c, n_perm, seed0 + sum(_split(reps, chunks)[:i]), v) for k in TEXT_KINDS for v in variants
             for i, c in enumerate(_split(reps, chunks))]
     got: dict[tuple, list] = {}
     for (k, _, _, _, _, bg), rows in ex.map(_text, jobs):
         got.setdefault((k, bg), []).extend(rows)
-    print(f"beyond-text test (Freedman-Lane vs the strongest baseline), n = {n}, {n_perm} permutations; verdict "
-          f"'beyond these text features' = p <= 0.05 and text-readable share < {READABLE_MAX}")
-    print(f"{'activations hold':16s} {'ceilings':25s} {'sets':>5s} {'p<=.05':>7s} {'verdict':>7s} {'readable':>8s} "
+    print(f"beyond-text test (Freedman-Lane vs the strongest baseline: the stage's statistic, the probe's R^2 of the "
+          f"ceiling's residuals, beside the Delta of the test before), n = {n}, {n_perm} permutations, seeds {seed0}..; "
+          f"verdict 'beyond these text features' = p <= 0.05 and text-readable share < {READABLE_MAX}")
+    print(f"{'activations hold':16s} {'statistic, ceilings':34s} {'sets':>5s} {'p<=.05':>7s} {'verdict':>7s} {'readable':>8s} "
           f"{'beyond':>7s} ceilings")
     for (k, bg), rows in got.items():
         p = np.array([r["p_fl"] for r in rows])
@@ -238,7 +242,7 @@ def text_features(ex, reps: int, n_perm: int, n: int = 80, chunks: int = 4) -> N
         tops: dict[str, int] = {}
         for r in rows:
             tops[r["baseline"]] = tops.get(r["baseline"], 0) + 1
-        print(f"{k:16s} {TEXT_LABELS[bg]:25s} {len(rows):5d} "
+        print(f"{k:16s} {TEXT_LABELS[bg]:34s} {len(rows):5d} "
               f"{np.mean(p <= 0.05):7.3f} {np.mean((p <= 0.05) & (rd < READABLE_MAX)):7.3f} "
               f"{np.min(rd):.2f}-{np.max(rd):.2f} {np.mean([r['beyond'] for r in rows]):7.3f} {tops}")
 
@@ -261,12 +265,15 @@ def main() -> None:
     ap.add_argument("--grid", choices=("stage", "reduced"), default="stage",
                     help="stage: the probe stage's grid (default); reduced: the grid of the tables before issue 39")
     ap.add_argument("--no-paper", action="store_true", help="leave out the paper's and the old procedures")
+    ap.add_argument("--text-seed", type=int, default=500, help="first data set seed of the text-feature populations")
+    ap.add_argument("--text-variants", default=",".join(TEXT_VARIANTS),
+                    help=f"comma-separated, of {', '.join(TEXT_VARIANTS)} (stage: the stage's test)")
     a = ap.parse_args()
     GRID_ARGS.update(REDUCED if a.grid == "reduced" else {})
     t0, load0 = time.time(), os.getloadavg()[0]
     if a.only == "text":
         with ProcessPoolExecutor(a.workers) as ex:
-            text_features(ex, a.text_sets, a.family_perm)
+            text_features(ex, a.text_sets, a.family_perm, seed0=a.text_seed, variants=tuple(a.text_variants.split(",")))
         print(f"\n{time.time() - t0:.0f} s with {a.workers} workers; load average {load0:.2f} at the start, "
               f"{os.getloadavg()[0]:.2f} at the end")
         return

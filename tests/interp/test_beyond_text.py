@@ -78,7 +78,7 @@ def test_text_only_targets_on_real_activations_are_not_beyond_the_text_and_the_i
     teal = np.array([" teal " in f" {t} " for t in texts], float)
     ys = word_targets(teal, 12, seed=11)
     right = [beyond_text_test(xs, texts, y, grid, 99, r)["p_fl"] for r, y in enumerate(ys)]
-    broken = [beyond_text_test(xs, texts, y, grid, 99, r, fitted="in-sample", screened=False)["p_fl"]
+    broken = [beyond_text_test(xs, texts, y, grid, 99, r, fitted="in-sample", screened=False, statistic="difference")["p_fl"]
               for r, y in enumerate(ys)]
     assert sum(p <= 0.05 for p in right) <= 1, right
     assert sum(p <= 0.05 for p in broken) >= 3, broken
@@ -93,46 +93,26 @@ FEATURE_POP = dict(seed=1, vocab=20, words=6, relevant=2, text_share=0.3, act_no
 
 
 @pytest.mark.slow
-def test_exact_readers_of_one_text_feature_are_a_reading_of_the_text_and_a_hidden_plan_is_beyond():
+def test_exact_readers_of_one_text_feature_are_not_beyond_and_a_hidden_plan_is():
     """Issue 39: activations that hold exactly one text feature (a word's place, the word count and its parity, the
-    order of two words, the XOR of two words) were called "beyond the text" in 20 of 20 data sets. The verdict
-    (`interp.baselines.beyond_outcome`, the report's one rule) now needs the text features to reproduce less than
-    READABLE_MAX of what the probe decodes: these readers give 0.75-0.95, and never get "beyond"; a hidden plan gives
-    under 0.1 and always does. The broken variant, the verdict on the test alone (p and a positive Delta) against the
-    whole designs only (the ceilings before the screened ones), calls the place and order readers beyond in every data
-    set (the activations hold along one direction what a baseline must learn from noisy targets among hundreds of
-    columns)."""
-    from interp.baselines import READABLE_MAX, beyond_outcome
+    order of two words, the XOR of two words) were called "beyond the text" in 20 of 20 data sets; with the screened
+    ceilings the test on the difference of the two R^2 still rejected in 17-58% of them (perf/bench_coverage.py
+    --only text), because its null worlds carry the ceiling's fit, which the activations cannot read, and none of the
+    feature the ceiling learns less exactly. The stage's test (`interp.baselines.residual_test`: the probe's R^2 of
+    what the ceiling leaves) rejects in at most 1 of 6 data sets for each, the verdict is never "beyond", and a hidden
+    plan is found in every data set. The broken variant, the difference of the two R^2 (the test before), rejects for
+    the order of two words in at least 3 of the same 6 (4 measured)."""
+    from interp.baselines import beyond_outcome
     from experiments.stages.probe import ProbeSettings
 
     grid = ProbeSettings().grid
     for kind in ("text-place", "text-count", "text-order", "text-cooccur"):
-        got = beyond_text_replications(Population(kind, **FEATURE_POP), 80, 3, grid, 19)
-        assert all(r["text_readable"] >= READABLE_MAX for r in got), (kind, got)
+        got = beyond_text_replications(Population(kind, **FEATURE_POP), 80, 6, grid, 39)
+        assert sum(r["p_fl"] <= 0.05 for r in got) <= 1, (kind, [r["p_fl"] for r in got])
         assert not any(beyond_outcome(r["p_fl"], r["beyond"], r["text_readable"]) == "beyond" for r in got), kind
-        if kind in ("text-place", "text-order"):  # the test alone against the whole designs: "beyond" every time
-            whole = beyond_text_replications(Population(kind, **FEATURE_POP), 80, 3, grid, 19, screened=False)
-            assert all(r["p_fl"] <= 0.05 and r["beyond"] > 0 for r in whole), (kind, whole)
-    plan = beyond_text_replications(Population("planted", **FEATURE_POP), 80, 3, grid, 39)  # p < 0.05 needs 39
+        if kind == "text-order":
+            before = beyond_text_replications(Population(kind, **FEATURE_POP), 80, 6, grid, 39, statistic="difference")
+            assert sum(r["p_fl"] <= 0.05 for r in before) >= 3, [r["p_fl"] for r in before]
+    plan = beyond_text_replications(Population("planted", **FEATURE_POP), 80, 3, grid, 39)
     assert all(beyond_outcome(r["p_fl"], r["beyond"], r["text_readable"]) == "beyond" for r in plan), plan
-
-
-@pytest.mark.slow
-def test_a_word_s_place_read_exactly_is_not_beyond_its_screened_ceiling_and_is_beyond_the_whole_designs():
-    """Issue 39: the beyond-text test's ceiling must read a text feature at full strength. A word's place is one of
-    66 place columns; under one ridge penalty the whole design learns it from noisy targets less exactly than
-    activations that hold it along one direction, and Freedman-Lane rejected in 20 of 20 data sets (the broken
-    variant, `screened=False`, below: every one of 6). With each reading also through its 4 and 16 columns most
-    associated with the targets (chosen on each fold's training rows) the screened word places are the ceiling and
-    the test rejects in at most 1 of 6 (1 of 20 measured), while a hidden plan is still found in every data set."""
-    from experiments.stages.probe import ProbeSettings
-
-    grid = ProbeSettings().grid
-    pop = Population("text-place", **FEATURE_POP)
-    screened = beyond_text_replications(pop, 80, 6, grid, 19)
-    assert sum(r["p_fl"] <= 0.05 for r in screened) <= 1, [r["p_fl"] for r in screened]
-    assert all("/" in r["baseline"] for r in screened), [r["baseline"] for r in screened]
-    whole = beyond_text_replications(pop, 80, 6, grid, 19, screened=False)
-    assert all(r["p_fl"] <= 0.05 for r in whole), [r["p_fl"] for r in whole]
-    plan = beyond_text_replications(Population("planted", **FEATURE_POP), 80, 3, grid, 19)
-    assert all(r["p_fl"] <= 0.05 for r in plan), [r["p_fl"] for r in plan]
+    assert all(r["r2_residual"] > 0.2 for r in plan), [r["r2_residual"] for r in plan]

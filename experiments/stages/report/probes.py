@@ -79,14 +79,16 @@ def section(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answe
             named = sorted({b for r in beyond for b in (r.get("compared_with") or [r["baseline"]])},
                            key=lambda b: list(READS).index(b) if b in READS else len(READS))
             blocks.append(para("Beyond these text features: the probe against the strongest of the text baselines "
-                               "below (the text ceiling), with a Freedman-Lane permutation test whose null is \"nothing "
-                               "beyond that baseline\". The baselines: " + "; ".join(f"{b}: {READS.get(b, b)}" for b in named)
+                               "below (the text ceiling). The test asks whether the activations predict what the ceiling "
+                               "leaves of the targets (the probe's R² of the ceiling's out-of-fold residuals), against "
+                               "Freedman-Lane null worlds (the ceiling's fit plus its permuted residuals, each put through "
+                               "both fits); its null is \"nothing the activations read beyond that baseline\". The baselines: " + "; ".join(f"{b}: {READS.get(b, b)}" for b in named)
                                + ". Each lexical baseline is a candidate twice more, through its 4 and its 16 columns most "
                                "associated with the target, chosen on each fold's training rows (a ceiling named b/4): a "
                                "sparse feature, one word's place among hundreds of place columns, is drowned under one "
                                "ridge penalty over the whole design. A verdict is about these features, not about \"the text\": a reading of the words no "
-                               "baseline makes counts as beyond them. The test also rejects when the activations hold a "
-                               "text feature along one direction that a baseline must learn from noisy targets; so the "
+                               "baseline makes counts as beyond them. Activations that hold a text feature more exactly "
+                               "than a baseline learns it from noisy targets can still leave it a residual to read; so the "
                                "verdict asks, besides q < 0.05 and the interval above 0, that the text features reproduce "
                                f"less than {READABLE_MAX:.0%} of what the probe decodes (\"text-readable\": the best "
                                "baseline fitted to the probe's own out-of-fold predictions); above that the row reads "
@@ -95,7 +97,7 @@ def section(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answe
                                          "delta_beyond", "delta_ci", "p_fl", "q_bh", "text_readable", "grouping",
                                          "permutation", "n_perm"],
                                 ["model", "target", "position", "prompts", "R² best layer", "text ceiling", "R² ceiling",
-                                 "beyond-text ΔR²", "95% CI", "p (Freedman-Lane)", "q (BH)", "text-readable share",
+                                 "beyond-text ΔR²", "95% CI", "p (residual, Freedman-Lane)", "q (BH)", "text-readable share",
                                  "procedure", "permutations", "count"]))
             note = delta_note(beyond, "delta_beyond", "r2_baseline")
             if note:
