@@ -57,9 +57,31 @@ def _slow_entries() -> set[str]:
 def pytest_collection_modifyitems(config, items):
     slow = _slow_entries()
     for item in items:
-        nodeid = item.nodeid.split("[")[0]
+        nodeid = item.nodeid.split("[")[0].split("@")[0]  # without an xdist group's suffix (below)
         if nodeid in slow or nodeid.split("::")[0] in slow:
             item.add_marker(pytest.mark.slow)
+    _xdist_group_suffix(config, items)
+
+
+def _xdist_group_suffix(config, items) -> None:
+    """`--dist loadgroup` keeps the tests of one `xdist_group` on one worker by the suffix `@group` that pytest-xdist
+    adds to their node ids on each worker; pytest-xdist 3.8 writes it to `item._nodeid`, which pytest 9.2 no longer
+    reads (a node's id is `item._id`), so the groups were silently dealt test by test to both workers: in a 15.6-minute
+    suite on a cold cache, test_real_models.py's module fixture was set up twice per model (Gemma 3: 42 s and 29 s),
+    once on each worker. The same suffix, written where this pytest reads it; a no-op where xdist's own works (its
+    suffix is there already) and outside loadgroup."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if not names or item.nodeid.endswith(suffix) or not hasattr(item, "_id"):
+            continue
+        from _pytest.nodeid import NodeId
+
+        old = item._id  # the suffix after the parameters, as xdist writes it: `path::name[params]@group`
+        last = old.names[-1] + ("" if old.params is None else f"[{old.params}]") + suffix
+        item._id = NodeId(path=old.path, names=(*old.names[:-1], last))
 
 
 # --------------------------------------------------------------------------- CPU seconds per test (issue 29)

@@ -41,6 +41,11 @@ def _run(workers=2, batch_size=4):
             for name, r in zip(GATE, results)}
 
 
+#: one worker runs this module (test.sh: --dist loadgroup): its module fixture `idle` (the corpus on 2 sandbox workers,
+#: 8-17 s) was built again on the second worker whenever the tests were dealt to both; the hogs are unchanged
+pytestmark = pytest.mark.xdist_group("sandbox-mechanisms")
+
+
 @pytest.fixture(scope="module")
 def idle():
     return _run()

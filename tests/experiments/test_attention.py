@@ -27,6 +27,11 @@ def _row(model, pid, k, text, medium="v1"):
             "entropy": [0.1], "mean_entropy": 0.1}
 
 
+#: one worker runs this module (test.sh: --dist loadgroup): its module fixture `focused_run` (~5 s) was built again
+#: on the second worker whenever the tests were dealt to both
+pytestmark = pytest.mark.xdist_group("attention")
+
+
 @pytest.fixture(scope="module")
 def focused_run(tmp_path_factory):
     from interp.runtime import Runtime

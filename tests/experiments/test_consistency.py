@@ -271,6 +271,9 @@ def test_cli_bad_input_is_one_sentence_and_exit_2(tmp_path, dino_folder, case):
     assert not (run / CONSISTENCY).exists()
 
 
+#: the study's map is UMAP, whose numba kernels compile once per process (~25 CPU s, umap-learn caches none of them):
+#: one worker runs both tests that call it (tests/interp/test_consistency_stats.py), so the suite compiles them once
+@pytest.mark.xdist_group("umap")
 def test_study_runs_the_stage_when_given_a_folder_and_the_report_has_its_section(tmp_path, dino_folder):
     """`ambench run --dino-folder` adds the stage to the study's finish; the report gets the section and its
     summary answer (the constructed case: model a repeats its picture per prompt, c repaints a third)."""

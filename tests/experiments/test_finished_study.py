@@ -25,11 +25,13 @@ RESULTS = ["generations.jsonl", "translation_scores.jsonl", "layout_table.json",
            "interventions.jsonl", "intervention_cuts.jsonl", "patching.jsonl", "interventions_table.json", "report/index.html"]
 
 
+#: one worker runs this module and the other that reads the same finished study (tests/experiments/conftest.py)
+pytestmark = pytest.mark.xdist_group("small-study")
+
+
 @pytest.fixture(scope="module")
-def study(tmp_path_factory, tiny_folder):
-    out = tmp_path_factory.mktemp("finished") / "run"
-    run_small_study(tiny_folder, out)
-    return out
+def study(small_study):
+    return small_study
 
 
 @pytest.fixture

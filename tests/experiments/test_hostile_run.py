@@ -80,6 +80,11 @@ def run(model, out):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
 
 
+#: one worker runs this module (test.sh: --dist loadgroup): its module fixture `hostile_run` (a whole hostile study,
+#: ~22 s) would be built again on the second worker whenever the tests were dealt to both
+pytestmark = pytest.mark.xdist_group("hostile-run")
+
+
 @pytest.fixture(scope="module")
 def hostile_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")

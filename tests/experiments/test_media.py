@@ -265,12 +265,14 @@ def test_run_with_a_medium_end_to_end(tmp_path):
     rendered at 48x48, in the layout table, the T2/T3 gap table and the report; capture and interventions
     stay on v1. The v1 layout attempts are written beforehand as the generate stage writes them (a random
     model writes no valid program), so the attention stage has valid attempts to read; selectivity, with
-    one model, says why it has no table."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    one model, says why it has no table. In this process (click's CliRunner): what is checked is what the run writes,
+    not the process running it (a subprocess paid 4-5 CPU s of interpreter start and imports). Interventions with 2
+    continuations of 10 tokens (tests/experiments/test_study.py's), not the preset's 3 of 64: what is checked of them
+    is the medium of their cuts, which the cuts' choice sets and the continuations do not (64 tokens took 3-6x the
+    CPU of the rest of the run)."""
+    from typer.testing import CliRunner
 
+    from experiments.cli import app
     from experiments.study import StudyConfig, prompt_sets
     from tests.interp.tiny import build_tiny
 
@@ -279,12 +281,12 @@ def test_run_with_a_medium_end_to_end(tmp_path):
     sets = prompt_sets(StudyConfig.from_preset("quick", layout_per_subcategory=1))
     append(out, [_row(str(model), it.id, k, "```python\n" + GOOD + "\n```", protocol="few-shot-2")
                  for it in sets["layout"] for k in range(2)])
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    cmd = [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out), "--translation-prompts", "1",
+    cmd = ["run", "--model", str(model), "--out", str(out), "--translation-prompts", "1",
            "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "8", "--medium", "v1-48", "--attention",
-           "--selectivity", "--n-perm", "19", "--n-perm-layers", "19"]  # the fewest permutations: tables, not p, are checked
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
+           "--selectivity", "--n-perm", "19", "--n-perm-layers", "19",  # the fewest permutations: tables, not p, are checked
+           "--continuations", "2", "--intervene-tokens", "10"]
+    res = CliRunner().invoke(app, cmd)
+    assert res.exit_code == 0, (res.stderr[-3000:], res.exception)
     rows = read_rows(out / GENERATIONS)
     big = [r for r in rows if r["medium"] == "v1-48"]
     assert len(big) == 15 * 2 and all(r["task"] == "layout" for r in big)

@@ -53,6 +53,10 @@ INNER_R2 = 1e-12
 #: the store's per-prompt fields kept in the fixture, besides the activations
 FIELDS = ("prompt_ids", "tasks", "input", "token_positions")
 
+#: one worker runs this module (test.sh: --dist loadgroup): each of its slow tests compares with the module fixture
+#: `stored` (a probe stage, 12-15 CPU s), which was built again on the second worker whenever they were dealt to both
+pytestmark = pytest.mark.xdist_group("probe-exactness")
+
 
 def dump_inputs(run: Path, path: Path) -> None:
     """The probe stage's inputs in `run` as arrays: the generations and prompts files' text, and per model its store's

@@ -3,7 +3,8 @@
 The promise: every argument, model, task, arm and folder is checked before anything is locked, loaded or written
 (validate, then lock, then load, then write), so a command that refuses leaves every file and folder as it found it:
 no new folder, no lock, no config section, no temporary file. Tried from outside, in-process, on copies of one small
-finished study (`tests.experiments.runs.run_small_study`, built once per module) and on an empty folder.
+finished study (`tests.experiments.runs.run_small_study`, built once: tests/experiments/conftest.py) and on an empty
+folder.
 
 - The walk (`test_a_refusal_is_one_sentence_and_changes_nothing`): one case per failure the issue found, each
   checked for exit 2, one sentence (no traceback) naming what is wrong, and the whole tree unchanged: every path,
@@ -28,14 +29,16 @@ from typer.testing import CliRunner
 
 from experiments.cli import app
 from experiments.rundir import RunDir, atomic_write, fs_error, read_rows
-from tests.experiments.runs import copy_run, run_small_study, tree
+from tests.experiments.runs import copy_run, tree
+
+
+#: one worker runs this module and the other that reads the same finished study (tests/experiments/conftest.py)
+pytestmark = pytest.mark.xdist_group("small-study")
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory, tiny_folder):
-    out = tmp_path_factory.mktemp("finished") / "run"
-    run_small_study(tiny_folder, out)
-    return out
+def study(small_study):
+    return small_study
 
 
 def invoke(args: list[str]) -> Any:

@@ -29,6 +29,11 @@ PROGRAMS = [
 ]
 
 
+#: one worker runs this module (test.sh: --dist loadgroup): all but one of its tests compare with the module fixture
+#: `reference` (a whole `ambench run`, ~16 CPU s), which was built again on the second worker whenever they were dealt to both
+pytestmark = pytest.mark.xdist_group("study")
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return build_tiny(tmp_path_factory.mktemp("study") / "tiny")
@@ -154,37 +159,54 @@ def test_sigkill_at_several_points_then_resume(model, reference, tmp_path):
     _acts_equal(_acts(out), _acts(reference))
 
 
-def test_other_settings_are_refused(model, reference, tmp_path):
-    shutil.copytree(reference, tmp_path / "run")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    res = subprocess.run(_cmd(model, tmp_path / "run", "--seed", "5"), capture_output=True, text=True, env=env)
-    assert res.returncode == 2 and "other settings" in res.stderr
+def _in_process(args, code=0):
+    """`ambench ARGS` in this process (click's CliRunner): for the tests about what a run writes, not about the process
+    running it (a kill, a fresh interpreter), which keep their subprocesses. Each subprocess paid 4-5 CPU seconds of
+    interpreter start and imports (torch, transformers) before its first stage."""
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    assert code is None or res.exit_code == code, (res.stderr[-3000:], res.exception)
+    return res
+
+
+def _run_here(model, out, *extra):
+    """_run in this process: the same command line (_cmd), the same pre-written attempts."""
+    _prepare(model, out)
+    return _in_process(_cmd(model, out, *extra)[3:])  # without `python -m experiments.cli`
 
 
 def _merge(parts, out):
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    res = subprocess.run([sys.executable, "-m", "experiments.cli", "merge", *map(str, parts), "--out", str(out)],
-                         capture_output=True, text=True, env=env)
-    assert res.returncode == 0, res.stderr
+    _in_process(["merge", *parts, "--out", out])
+
+
+def test_other_settings_are_refused(model, reference, tmp_path):
+    """In this process (the exit status and the message are the command's, not the interpreter's: _in_process)."""
+    shutil.copytree(reference, tmp_path / "run")
+    res = _in_process(_cmd(model, tmp_path / "run", "--seed", "5")[3:], code=None)
+    assert res.exit_code == 2 and "other settings" in res.stderr
 
 
 def test_shards_merge_to_the_same_files(model, reference, tmp_path):
     """Both model phases sharded as a batch scheduler would run them: the first phase (generation, capture)
-    in fresh shard directories, merged; the second (interventions, patching) in copies of that merge, merged."""
-    _run(model, tmp_path / "s0", "--shard", "0/2")
-    _run(model, tmp_path / "s1", "--shard", "1/2")
+    in fresh shard directories, merged; the second (interventions, patching) in copies of that merge, merged. In this
+    process (_run_here): what is compared is the files, against the reference made by `ambench run` in a subprocess."""
+    _run_here(model, tmp_path / "s0", "--shard", "0/2")
+    _run_here(model, tmp_path / "s1", "--shard", "1/2")
     _merge([tmp_path / "s0", tmp_path / "s1"], tmp_path / "m1")
     assert (tmp_path / "m1" / "generations.jsonl").read_bytes() == (reference / "generations.jsonl").read_bytes()
     assert not (tmp_path / "m1" / "interventions.jsonl").exists()  # the second phase waited for every attempt
     for i in range(2):
         shutil.copytree(tmp_path / "m1", tmp_path / f"t{i}", ignore=shutil.ignore_patterns(".lock"))
-        res = _run(model, tmp_path / f"t{i}", "--shard", f"{i}/2")
+        res = _run_here(model, tmp_path / f"t{i}", "--shard", f"{i}/2")
         assert "interventions:" in res.stderr
     merged = tmp_path / "merged" / "run"  # the report names its run directory: the reference's is "run"
     _merge([tmp_path / "t0", tmp_path / "t1"], merged)
     for f in ("interventions.jsonl", "patching.jsonl", "intervention_cuts.jsonl"):
         assert (merged / f).read_bytes() == (reference / f).read_bytes(), f
-    _run(model, merged)
+    _run_here(model, merged)
     for f in RESULTS:
         assert (merged / f).read_bytes() == (reference / f).read_bytes(), f
     _acts_equal(_acts(merged), _acts(reference))
@@ -251,7 +273,7 @@ def test_presets_and_the_svg_arm(model, tmp_path):
     with pytest.raises(ValueError, match="unknown preset"):
         StudyConfig.from_preset("huge")
     out = tmp_path / "svg"
-    _run(model, out, "--svg", "--translation-prompts", "1")
+    _run_here(model, out, "--svg", "--translation-prompts", "1")  # what the SVG arm writes: in this process
     from experiments.rundir import read_rows
     from experiments.stages.render import read_renders
 

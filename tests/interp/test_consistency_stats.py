@@ -193,6 +193,7 @@ def test_tsne_map_keeps_clusters_apart_and_is_seeded():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("umap")  # beside the study's UMAP map (tests/experiments/test_consistency.py): numba compiles once
 def test_umap_map_keeps_clusters_apart_and_is_seeded():
     """umap-learn compiles with numba on first use (about 20 s on 2 busy cores)."""
     xy, own = _separated("umap", 0)
