@@ -131,10 +131,10 @@ def check_lengths(model: str, work: list[tuple[Any, list[Any]]], trust_remote_co
     ctx = _context(folder)
     if ctx is None:
         return
-    from transformers import AutoTokenizer
+    from interp.runtime.load import tokenizer_for_check
 
-    try:
-        tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    try:  # the same instance serves the model's load next (`tokenizer_for_check`)
+        tok = tokenizer_for_check(folder, trust_remote_code)
     except Exception:  # noqa: BLE001 - a tokenizer that cannot load here fails at Runtime.load with its own sentence
         return
     chat = bool(getattr(tok, "chat_template", None))

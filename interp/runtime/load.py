@@ -204,6 +204,24 @@ def check_device(device: Any) -> None:
         raise ValueError(f"device {device!r}: give 'cpu', 'cuda', 'cuda:N' or 'mps'")
 
 
+#: tokenizers loaded before the model (the prompt-length check, `experiments.study.checks.check_lengths`), kept for the
+#: next load of the same folder, which takes the instance (each is handed over once): a tokenizer with Gemma 3's 262,144
+#: tokens took 3.5 s to load, twice per command (the check, then the runtime)
+_HANDED: dict[tuple[str, bool], Any] = {}
+
+
+def tokenizer_for_check(folder: Path, trust_remote_code: bool = False) -> Any:
+    """The folder's tokenizer for a check made before the model loads (read it, never change it): the same instance is
+    handed to the next `open_folder` of this folder in this process, which then does not load it again."""
+    from transformers import AutoTokenizer
+
+    key = (str(Path(folder).resolve()), bool(trust_remote_code))
+    if key not in _HANDED:
+        _HANDED.clear()  # one at a time: a check is followed by its load
+        _HANDED[key] = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    return _HANDED[key]
+
+
 def open_folder(folder: Path, name: str | None = None, source: str = "folder", device: str = "cpu",
                 dtype: str | torch.dtype | None = None, compat: bool = False, attention: str | None = None,
                 trust_remote_code: bool = False, device_map: str | dict | None = None,
@@ -245,7 +263,9 @@ def open_folder(folder: Path, name: str | None = None, source: str = "folder", d
     if quant is not None:
         kwargs["quantization_config"] = quant
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        tokenizer = _HANDED.pop((str(folder.resolve()), bool(trust_remote_code)), None)
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         hf = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     except Exception as e:  # noqa: BLE001
         if _is_oom(e):

@@ -658,3 +658,32 @@ def test_a_steered_bfloat16_generation_prefills_each_row_as_before(tiny_folder, 
     monkeypatch.setattr(kv, "prefix_cache", lambda *a, **k: called.append(1))
     rt.generate(bp, [Sampling()] * 3, StopRule(max_new_tokens=2, eos=False, fence=False), hooks=hooks)
     assert called == []
+
+
+def test_the_length_check_s_tokenizer_is_handed_to_the_load_once(tiny_folder, monkeypatch):
+    """The prompt-length check reads the folder's tokenizer before the model loads; the load takes that instance instead
+    of loading it again (3.5 s for Gemma 3's vocabulary), once: a second load of the folder loads its own. The broken
+    variant (no hand-over) loads it twice for one check and load."""
+    import transformers
+
+    from experiments.study.checks import check_lengths
+    from interp.prompts import Protocol
+    from interp.runtime import Runtime
+    from interp.runtime import load as load_mod
+
+    real = transformers.AutoTokenizer.from_pretrained.__func__
+    calls = []
+
+    def counting(cls, *a, **k):
+        calls.append(str(a[0]))
+        return real(cls, *a, **k)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", classmethod(counting))
+    monkeypatch.setattr(load_mod, "_HANDED", {})
+    monkeypatch.setattr("interp.models.existing_folder", lambda model: tiny_folder)
+    check_lengths("tiny", [(Protocol("zero-shot", 0), [])])
+    checked = load_mod._HANDED[(str(tiny_folder.resolve()), False)]
+    rt = Runtime.from_folder(tiny_folder, name="tiny")
+    assert len(calls) == 1 and rt.tokenizer is checked and not load_mod._HANDED
+    again = Runtime.from_folder(tiny_folder, name="tiny")
+    assert len(calls) == 2 and again.tokenizer is not checked
