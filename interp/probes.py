@@ -732,7 +732,11 @@ def tfidf_features(texts: Sequence[str]) -> np.ndarray:
     """TF-IDF of the prompt texts (word 1-2 grams), dense. Fit on all texts: it sees no targets."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    return TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True).fit_transform(list(texts)).toarray()
+    texts = list(texts)
+    try:
+        return TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True).fit_transform(texts).toarray()
+    except ValueError:  # no word in any text ("empty vocabulary"): one column of zeros, which reads nothing
+        return np.zeros((len(texts), 1))
 
 
 def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:

@@ -314,22 +314,23 @@ def delta_test_replications(pop: Population, n: int, reps: int, grid, n_perm: in
 def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarray, grid, n_perm: int, seed: int,
                      extra: dict[str, np.ndarray] | None = None, fitted: str | None = None,
                      without: Sequence[str] = (), groups: np.ndarray | None = None,
-                     baseline_grid: Any = "full", screened: bool = True, statistic: str = "residual") -> dict[str, Any]:
+                     baseline_grid: Any = "full", screened: bool = True, statistic: str = "both") -> dict[str, Any]:
     """The beyond-text test of one data set, as the probe stage runs it: every lexical baseline (and `extra` ones,
     e.g. the averaged input embeddings) probed with nested CV on the stage's baseline grid (`grid` with "every
     component", ridge on the whole design: `Grid.with_full`), the strongest that carries variance is the ceiling, and
     Freedman-Lane's p of the probe's (layer chosen inside the folds) Delta against it, with the permutations of the
     grouping design of `groups` (`interp.grouping`). Also the text features' readable share of what the probe decodes
     (`text_readable`: the best baseline's R^2 with the probe's out-of-fold predictions as its targets). `statistic`:
-    "residual", the stage's (`interp.baselines.residual_test`: the probe's R^2 of what the ceiling leaves, null worlds
-    from the ceiling's in-sample fit), or "difference", the test before (the beyond-text Delta itself, kept as the
-    broken variant of issue 39). `fitted` (the difference only): "cross", the ceiling's out-of-fold predictions (that
-    test's), or "in-sample", one fit on all prompts (the test before issue 28, its broken variant). `without`:
-    baselines left out (a broken variant).
+    "both", the stage's (`interp.baselines.both_p`: the larger p of the two tests below, each of the same null),
+    "residual" alone (`interp.baselines.residual_test`: the probe's R^2 of what the ceiling leaves, null worlds from
+    the ceiling's in-sample fit), or "difference" alone (the beyond-text Delta itself, the test before issue 39's last
+    fix; alone it is that issue's broken variant). `fitted` (the difference only): "cross", the ceiling's out-of-fold
+    predictions (that test's), or "in-sample", one fit on all prompts (the test before issue 28, its broken
+    variant). `without`: baselines left out (a broken variant).
     `baseline_grid`: "full" (the stage's) or "pca" (the baselines on the probe's PCA grid only: the broken variant
     of issue 39). `screened`: the lexical readings also through their SCREEN most associated columns as ceilings
     (the stage's; False: the whole designs only, the test before)."""
-    from interp.baselines import (LEXICAL, SCREEN, ScreenedSweep, ceiling_fit, fitted_values, freedman_lane,
+    from interp.baselines import (LEXICAL, SCREEN, ScreenedSweep, both_p, ceiling_fit, fitted_values, freedman_lane,
                                   lexical_features, readable_share, residual_test, screen_columns)
     from interp.grouping import design
     from interp.probes import LayerSweep, carries_variance
@@ -346,6 +347,8 @@ def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarr
     if screened:
         ceilings.update({f"{k}/{keep}": ScreenedSweep(v, y, grid, probe.outer, dsg.groups, keep)
                          for k, v in feats.items() if k in LEXICAL for keep in SCREEN if v.shape[1] > keep})
+    if not ceilings:
+        raise ValueError("no text baseline varies across these prompts (their texts read the same): no ceiling")
     res = {k: sw.layer(y, 0) for k, sw in ceilings.items()}
     r2 = {k: v.r2 for k, v in res.items()}
     top = max(r2, key=lambda k: (round(r2[k], 9), -list(r2).index(k)))
@@ -353,21 +356,23 @@ def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarr
     rp = best.r2
     perms = dsg.permutations(len(y), n_perm, seed)
     keep = int(top.split("/")[1]) if "/" in top else None
-    r2_residual = None
-    if statistic == "residual":
+    r2_residual = p_residual = p_delta = None
+    if statistic in ("both", "residual"):
         fit = ceiling_fit(feats[top.split("/")[0]], y, bgrid, seed, dsg.groups, keep)
-        p_fl, _, r2_residual = residual_test(probe, ceilings[top], fit, y, perms)
-    elif (fitted or "cross") == "cross":
-        p_fl, _ = freedman_lane(probe, ceilings[top], res[top].pred, y, rp - r2[top], n_perm, seed, perms=perms)
-    else:  # one fit on all prompts (a screened ceiling: its columns screened on all of them too)
-        base = feats[top.split("/")[0]]
-        if keep is not None:
-            base = base[:, screen_columns(base, y, np.arange(len(y)), keep)]
-        p_fl, _ = freedman_lane(probe, ceilings[top], fitted_values(base, y, bgrid, seed), y, rp - r2[top], n_perm,
-                                seed, perms=perms)
+        p_residual, _, r2_residual = residual_test(probe, ceilings[top], fit, y, perms)
+    if statistic in ("both", "difference"):
+        if (fitted or "cross") == "cross":
+            p_delta, _ = freedman_lane(probe, ceilings[top], res[top].pred, y, rp - r2[top], n_perm, seed, perms=perms)
+        else:  # one fit on all prompts (a screened ceiling: its columns screened on all of them too)
+            base = feats[top.split("/")[0]]
+            if keep is not None:
+                base = base[:, screen_columns(base, y, np.arange(len(y)), keep)]
+            p_delta, _ = freedman_lane(probe, ceilings[top], fitted_values(base, y, bgrid, seed), y, rp - r2[top],
+                                       n_perm, seed, perms=perms)
+    p_fl = both_p(p_delta, p_residual) if statistic == "both" else (p_residual if statistic == "residual" else p_delta)
     readable, readable_by, _ = readable_share(best.pred, feats, sweeps, bgrid, probe.outer, dsg.groups)
     return {"baseline": top, "r2_baseline": r2[top], "r2_probe": rp, "beyond": rp - r2[top], "p_fl": p_fl,
-            "r2_residual": r2_residual,
+            "r2_residual": r2_residual, "p_delta": p_delta, "p_residual": p_residual,
             "baselines": r2, "text_readable": readable, "text_readable_by": readable_by, "probe": probe,
             "sweeps": sweeps, "design": dsg, "ceiling": ceilings[top]}
 
@@ -421,7 +426,7 @@ def word_targets(feature: np.ndarray, reps: int, share: float = 0.3, outputs: in
 
 def beyond_text_replications(pop: Population, n: int, reps: int, grid, n_perm: int, seed: int = 500,
                              fitted: str | None = None, without: Sequence[str] = (), baseline_grid: str = "full",
-                             screened: bool = True, statistic: str = "residual") -> list[dict[str, Any]]:
+                             screened: bool = True, statistic: str = "both") -> list[dict[str, Any]]:
     """Per simulated data set: the beyond-text Delta against the strongest lexical baseline (the lexical readings
     of the text and the prompt's averaged input embeddings) with its Freedman-Lane p, and, for comparison, the
     paper's Delta against TF-IDF with its plain permutation p (null: targets independent of everything)."""

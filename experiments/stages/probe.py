@@ -53,7 +53,8 @@ from experiments.stages.probe_verdicts import _adjust, beyond_verdict, delta_ver
 from experiments.stages.render import read_renders, render_stage
 from experiments.stages.row_fields import (_interval_fields, _moved, _null_mean, json_number,  # noqa: F401 - re-exported
                                            p_fields, percentile_ci)
-from interp.baselines import LEXICAL, SCREEN, ScreenedSweep, ceiling_fit, lexical_features, readable_share, residual_test
+from interp.baselines import (LEXICAL, SCREEN, ScreenedSweep, both_p, ceiling_fit, freedman_lane, lexical_features,
+                              readable_share, residual_test)
 from interp.intervals import (DEFAULT_REPEATS, NO_SIGNAL, Interval, at_the_mean, cluster_sums, fold_sums,
                               r2_interval, repeat_seed, test_over_train)
 from interp.grouping import ESTIMANDS, design
@@ -356,6 +357,11 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
     excluded = {b: "its features are the same for every prompt (no variance): it can only predict the mean"
                 for b in cands if not carries_variance(_baseline_x(b.split("/")[0], f, pos))}
     order = [c for b in BASELINES for c in (b, *(f"{b}/{k}" for k in SCREEN)) if c in r2s and c not in excluded]
+    if not order:  # every baseline is the same for every prompt (identical texts): there is no text ceiling to test
+        return {**tb, "features": "beyond_text", "layer": "best", "position": pos, "baseline": None,
+                "excluded_baselines": excluded, "r2_resid": json_number(best.r2), "r2_baseline": None,
+                "delta_beyond": None, "delta_ci": [None, None], "text_readable": None, "p_fl": None,
+                "p_fl_missing": "no text baseline varies across these prompts (their texts read the same): no ceiling"}
     # the strongest by its estimate rounded to 1e-9 (rounding never picks the ceiling), ties in the listed order
     top = max(order, key=lambda b: (round(r2s[b], 9) if np.isfinite(r2s[b]) else -np.inf, -order.index(b)))
     bsweep = lsweep if top == "embedding@position" else screened[top] if top in screened else sw["lex"][top]
@@ -385,19 +391,27 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
         row["missing_baselines"] = {"embedding-mean": "the activations were captured without it (before issue 19): "
                                                       "capture again to add it"}
     if s.perms_beyond and np.isfinite(delta):
-        # the probe's R^2 of what the ceiling leaves (its out-of-fold residuals), against null worlds made of the
-        # ceiling's in-sample fit and its permuted residuals, each put through both fits (`residual_test`, issue 39:
-        # the difference of the two R^2 rejected for exact readers of one text feature in 17-58% of data sets)
+        # two tests of one null, both must reject (`both_p`, issue 39): the probe's R^2 of what the ceiling leaves (its
+        # out-of-fold residuals) against worlds of the ceiling's in-sample fit plus its permuted residuals
+        # (`residual_test`; the Delta alone rejected for exact readers of one text feature in 17-70% of data sets),
+        # and the Delta itself against worlds of its cross-fitted values (the residual alone rejects under the
+        # reassignments of unequal groups, and for a one-word target on real activations in 10%)
         keep = int(top.split("/")[1]) if top in screened else None
         fg = f["design"].grid  # as the ceiling's sweep: the lexical designs with every component, the embeddings not
         bgrid = fg if top.split("/")[0] in ("embedding@position", "embedding-mean") else fg.with_full()
         fitted = ceiling_fit(_baseline_x(top.split("/")[0], f, pos), t.y, bgrid, s.seed, f["groups"], keep)
         pseed = derive_seed(s.seed, name, task, t.name, pos, "beyond-text-perm")
         perms = f["design"].permutations(len(t.ids), s.perms_beyond, pseed)
-        p, null, resid_r2 = residual_test(lsweep, bsweep if top in screened else _OneLayer(bsweep, blayers), fitted,
-                                          t.y, perms)
-        row.update(**p_fields("p_fl", null, resid_r2), r2_of_residual=json_number(resid_r2), null_mean=_null_mean(null),
-                   perm_seed=pseed, **_moved(f["groups"], perms))
+        ceiling = bsweep if top in screened else _OneLayer(bsweep, blayers)
+        _, null_r, resid_r2 = residual_test(lsweep, ceiling, fitted, t.y, perms)
+        # and the Delta itself against the ceiling's cross-fitted values (the test before): both must reject (both_p)
+        _, null_d = freedman_lane(lsweep, ceiling, bres.pred, t.y, delta, s.perms_beyond, pseed, perms=perms)
+        parts = {**p_fields("p_fl_delta", null_d, delta), **p_fields("p_fl_residual", null_r, resid_r2)}
+        p = both_p(parts["p_fl_delta"], parts["p_fl_residual"])
+        why = parts.get("p_fl_delta_missing") or parts.get("p_fl_residual_missing")
+        row.update(p_fl=p if np.isfinite(p) else None, **({"p_fl_missing": why} if not np.isfinite(p) else {}), **parts,
+                   r2_of_residual=json_number(resid_r2), null_mean=_null_mean(null_d), perm_seed=pseed,
+                   **_moved(f["groups"], perms))
     return row
 
 

@@ -37,7 +37,7 @@ def _no_test(r: dict[str, Any], p: str) -> str:
 def beyond_verdict(r: dict[str, Any]) -> str:
     """The beyond-text row's verdict (`interp.baselines.beyond_outcome` decides; this says it): it names the text
     features it was compared with, never "the text"."""
-    feats = ", ".join(r.get("compared_with") or [r.get("baseline", "?")])
+    feats = ", ".join(r.get("compared_with") or [r.get("baseline") or "?"])
     if r.get("screened"):  # the ceilings also read each baseline through its most associated columns (issue 39)
         feats += (f"; the lexical ones also through their {' and '.join(str(k) for k in r['screened'])} columns most "
                   "associated with the target")

@@ -76,13 +76,14 @@ def section(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answe
         if beyond:  # "beyond these text features": against the strongest of the listed baselines (docs/probes.md)
             from interp.baselines import READABLE_MAX, READS
 
-            named = sorted({b for r in beyond for b in (r.get("compared_with") or [r["baseline"]])},
+            named = sorted({b for r in beyond for b in (r.get("compared_with") or [r.get("baseline")]) if b},
                            key=lambda b: list(READS).index(b) if b in READS else len(READS))
             blocks.append(para("Beyond these text features: the probe against the strongest of the text baselines "
-                               "below (the text ceiling). The test asks whether the activations predict what the ceiling "
-                               "leaves of the targets (the probe's R² of the ceiling's out-of-fold residuals), against "
-                               "Freedman-Lane null worlds (the ceiling's fit plus its permuted residuals, each put through "
-                               "both fits); its null is \"nothing the activations read beyond that baseline\". The baselines: " + "; ".join(f"{b}: {READS.get(b, b)}" for b in named)
+                               "below (the text ceiling). Two Freedman-Lane permutation tests of one null, \"nothing the "
+                               "activations read beyond that baseline\", must both reject (p is the larger of the two): "
+                               "the beyond-text ΔR² itself, and the probe's R² of what the ceiling leaves of the targets "
+                               "(its out-of-fold residuals); each alone fails where the other holds (docs/probes.md). "
+                               "The baselines: " + "; ".join(f"{b}: {READS.get(b, b)}" for b in named)
                                + ". Each lexical baseline is a candidate twice more, through its 4 and its 16 columns most "
                                "associated with the target, chosen on each fold's training rows (a ceiling named b/4): a "
                                "sparse feature, one word's place among hundreds of place columns, is drowned under one "
@@ -97,7 +98,7 @@ def section(run: RunDir, paper: dict[str, Any]) -> tuple[list[Block], list[Answe
                                          "delta_beyond", "delta_ci", "p_fl", "q_bh", "text_readable", "grouping",
                                          "permutation", "n_perm"],
                                 ["model", "target", "position", "prompts", "R² best layer", "text ceiling", "R² ceiling",
-                                 "beyond-text ΔR²", "95% CI", "p (residual, Freedman-Lane)", "q (BH)", "text-readable share",
+                                 "beyond-text ΔR²", "95% CI", "p (Freedman-Lane, both tests)", "q (BH)", "text-readable share",
                                  "procedure", "permutations", "count"]))
             note = delta_note(beyond, "delta_beyond", "r2_baseline")
             if note:
