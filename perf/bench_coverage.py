@@ -203,10 +203,10 @@ TEXT_POP = dict(seed=1, vocab=20, words=6, relevant=2, text_share=0.3, act_noise
 TEXT_KINDS = ("text-place", "text-count", "text-order", "text-cooccur", "text-only", "planted")
 #: the beyond-text test's ceilings: the stage's (every lexical reading's whole design, ridge with every component, and
 #: its SCREEN most associated columns), and the whole designs alone (the test before the screened ceilings)
-TEXT_VARIANTS = {"stage": ("full", True, "residual"), "difference": ("full", True, "difference"),
-                 "whole": ("full", False, "difference")}
-TEXT_LABELS = {"stage": "residual, whole + screened (stage)", "difference": "Delta, whole + screened (before)",
-               "whole": "Delta, whole designs (before)"}
+TEXT_VARIANTS = {"stage": ("full", True, "both"), "residual": ("full", True, "residual"),
+                 "difference": ("full", True, "difference"), "whole": ("full", False, "difference")}
+TEXT_LABELS = {"stage": "both, whole + screened (stage)", "residual": "residual alone, whole + screened",
+               "difference": "Delta alone, whole + screened (before)", "whole": "Delta alone, whole designs (before)"}
 
 
 def _text(job: tuple) -> tuple:
@@ -231,8 +231,8 @@ def text_features(ex, reps: int, n_perm: int, n: int = 80, chunks: int = 4, seed
     got: dict[tuple, list] = {}
     for (k, _, _, _, _, bg), rows in ex.map(_text, jobs):
         got.setdefault((k, bg), []).extend(rows)
-    print(f"beyond-text test (Freedman-Lane vs the strongest baseline: the stage's statistic, the probe's R^2 of the "
-          f"ceiling's residuals, beside the Delta of the test before), n = {n}, {n_perm} permutations, seeds {seed0}..; "
+    print(f"beyond-text test (Freedman-Lane vs the strongest baseline: the stage's p, the larger of the Delta test's and "
+          f"the residual test's, beside each alone), n = {n}, {n_perm} permutations, seeds {seed0}..; "
           f"verdict 'beyond these text features' = p <= 0.05 and text-readable share < {READABLE_MAX}")
     print(f"{'activations hold':16s} {'statistic, ceilings':34s} {'sets':>5s} {'p<=.05':>7s} {'verdict':>7s} {'readable':>8s} "
           f"{'beyond':>7s} ceilings")

@@ -116,3 +116,28 @@ def test_exact_readers_of_one_text_feature_are_not_beyond_and_a_hidden_plan_is()
     plan = beyond_text_replications(Population("planted", **FEATURE_POP), 80, 3, grid, 39)
     assert all(beyond_outcome(r["p_fl"], r["beyond"], r["text_readable"]) == "beyond" for r in plan), plan
     assert all(r["r2_residual"] > 0.2 for r in plan), [r["r2_residual"] for r in plan]
+
+
+@pytest.mark.slow
+def test_both_tests_must_reject_so_unequal_groups_keep_their_size():
+    """Issue 39's outside check: the residual test alone, under the reassignments that unequal groups get (sizes
+    3..17: rows repeat in every null world), rejected on pure noise in 23 of 25 data sets; the Delta test rejected in
+    none. The stage's p (`both_p`: the larger of the two) keeps the Delta's size. Here 4 data sets of targets that are
+    noise: the residual alone (the broken variant) rejects in at least 2, the stage's p in none."""
+    from experiments.stages.probe import ProbeSettings
+
+    pop = Population("null", seed=1, vocab=20, words=6, relevant=2, text_share=0.3, act_noise=0.3, family_size=1,
+                     family="independent", family_sizes=(3, 5, 7, 9, 11, 13, 15, 17), family_share=0.0, family_act=0.0)
+    got = beyond_text_replications(pop, 80, 4, ProbeSettings().grid, 39, seed=900)
+    assert sum(r["p_residual"] <= 0.05 for r in got) >= 2, [r["p_residual"] for r in got]
+    assert not any(r["p_fl"] <= 0.05 for r in got), [(r["p_delta"], r["p_residual"]) for r in got]
+
+
+def test_the_stage_p_is_the_larger_and_missing_when_either_is():
+    from interp.baselines import both_p, lexical_features
+
+    assert both_p(0.01, 0.2) == 0.2 and both_p(0.3, 0.04) == 0.3
+    assert np.isnan(both_p(None, 0.01)) and np.isnan(both_p(0.01, float("nan")))
+    # prompts without a word (punctuation only): every reading is a column that reads nothing, never a traceback
+    feats = lexical_features(["!!", "?", "..."] * 10)
+    assert all(v.shape[0] == 30 and not carries_variance(v) for k, v in feats.items() if k != "char-ngrams")
