@@ -366,11 +366,12 @@ def residual_test(probe, baseline, fitted: np.ndarray, y: np.ndarray, perms: np.
     `fitted` (`ceiling_fit`) plus its residuals y - fitted permuted by `perms` ([P, n] row indices, a grouping design's
     blocks), each put through the same two fits.
 
-    Why not the difference of the two probes' R^2 (the test before): in a null world the signal is the ceiling's own
-    fit, which holds text features the activations do not (its estimation noise among hundreds of columns) and none
-    of the ones the activations hold but the ceiling learns less exactly. Activations that hold one text feature
-    exactly (a count and its parity, the order or the XOR of two words) then beat the ceiling by more in the observed
-    targets than in any null world, and that test rejected in 28-58% of data sets (tests/interp/test_beyond_text.py).
+    Why beside the difference of the two probes' R^2 (`freedman_lane`; the stage asks both, `both_p`): in that test's
+    null worlds the signal is the ceiling's own fit, which holds text features the activations do not (its estimation
+    noise among hundreds of columns) and none of the ones the activations hold but the ceiling learns less exactly.
+    Activations that hold one text feature exactly (a count and its parity, the order or the XOR of two words) then
+    beat the ceiling by more in the observed targets than in any null world: it rejected in 32-70% of data sets
+    (docs/probes.md).
     Here the ceiling is refitted before the activations see a target, in the observed world and in every null one, so
     whatever the ceiling reads is taken out either way, and its own fit in the null worlds is re-read by it and not
     left for the activations. What remains for the probe is the part of the targets the ceiling cannot learn: a plan

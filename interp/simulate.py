@@ -330,8 +330,8 @@ def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarr
     `baseline_grid`: "full" (the stage's) or "pca" (the baselines on the probe's PCA grid only: the broken variant
     of issue 39). `screened`: the lexical readings also through their SCREEN most associated columns as ceilings
     (the stage's; False: the whole designs only, the test before)."""
-    from interp.baselines import (LEXICAL, SCREEN, ScreenedSweep, both_p, ceiling_fit, fitted_values, freedman_lane,
-                                  lexical_features, readable_share, residual_test, screen_columns)
+    from interp.baselines import (LEXICAL, SCREEN, ScreenedSweep, both_p, ceiling_fit, freedman_lane, lexical_features,
+                                  readable_share, residual_test)
     from interp.grouping import design
     from interp.probes import LayerSweep, carries_variance
 
@@ -361,20 +361,17 @@ def beyond_text_test(xs: Sequence[np.ndarray], texts: Sequence[str], y: np.ndarr
         fit = ceiling_fit(feats[top.split("/")[0]], y, bgrid, seed, dsg.groups, keep)
         p_residual, _, r2_residual = residual_test(probe, ceilings[top], fit, y, perms)
     if statistic in ("both", "difference"):
-        if (fitted or "cross") == "cross":
-            p_delta, _ = freedman_lane(probe, ceilings[top], res[top].pred, y, rp - r2[top], n_perm, seed, perms=perms)
-        else:  # one fit on all prompts (a screened ceiling: its columns screened on all of them too)
-            base = feats[top.split("/")[0]]
-            if keep is not None:
-                base = base[:, screen_columns(base, y, np.arange(len(y)), keep)]
-            p_delta, _ = freedman_lane(probe, ceilings[top], fitted_values(base, y, bgrid, seed), y, rp - r2[top],
-                                       n_perm, seed, perms=perms)
+        # cross-fitted values (that test's), or one fit on all prompts (the test before issue 28; a screened ceiling's
+        # columns screened on all of them too), whose folds never knew the groups
+        fit = (res[top].pred if (fitted or "cross") == "cross"
+               else ceiling_fit(feats[top.split("/")[0]], y, bgrid, seed, None, keep))
+        p_delta, _ = freedman_lane(probe, ceilings[top], fit, y, rp - r2[top], n_perm, seed, perms=perms)
     p_fl = both_p(p_delta, p_residual) if statistic == "both" else (p_residual if statistic == "residual" else p_delta)
     readable, readable_by, _ = readable_share(best.pred, feats, sweeps, bgrid, probe.outer, dsg.groups)
     return {"baseline": top, "r2_baseline": r2[top], "r2_probe": rp, "beyond": rp - r2[top], "p_fl": p_fl,
             "r2_residual": r2_residual, "p_delta": p_delta, "p_residual": p_residual,
             "baselines": r2, "text_readable": readable, "text_readable_by": readable_by, "probe": probe,
-            "sweeps": sweeps, "design": dsg, "ceiling": ceilings[top]}
+            "sweeps": sweeps, "design": dsg}
 
 
 def organism_prompts(name: str = "random-planner", swapped: bool = False, seed: int = 0) -> tuple[list[Any], np.ndarray]:
@@ -438,7 +435,6 @@ def beyond_text_replications(pop: Population, n: int, reps: int, grid, n_perm: i
         got = beyond_text_test(ds.xs, ds.texts, ds.y, grid, n_perm, r, {"embedding-mean": ds.emb_mean}, fitted, without,
                                groups=ds.groups, baseline_grid=baseline_grid, screened=screened, statistic=statistic)
         probe, tfidf, dsg = got.pop("probe"), got.pop("sweeps")["tfidf"], got.pop("design")
-        got.pop("ceiling")
         perms = dsg.permutations(n, n_perm, r)
         null = probe.permuted_r2(ds.y, perms) - tfidf.permuted_r2(ds.y, perms)
         paper = got["r2_probe"] - got["baselines"]["tfidf"]
