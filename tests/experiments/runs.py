@@ -9,12 +9,30 @@ from experiments.rundir import RunDir, read_rows
 
 GENERATIONS = RunDir.GENERATIONS
 
-__all__ = ["GENERATIONS", "PROGRAMS", "STUDY", "append", "copy_run", "read_rows", "run_small_study", "snapshot", "study_config", "tree"]
+__all__ = ["GENERATIONS", "PROGRAMS", "STUDY", "append", "ambench", "copy_run", "read_rows", "run_small_study", "snapshot", "study_config",
+           "tree"]
 
 
 def append(run: Path, rows: Sequence[Mapping[str, Any]], name: str = RunDir.GENERATIONS) -> None:
     with RunDir.writer(run, "test fixture") as rd:
         rd.append(name, rows)
+
+
+def ambench(args: Sequence[Any], code: int | None = 0) -> Any:
+    """`ambench ARGS` in this process (click's CliRunner): its exit status, stdout and stderr, for the tests about what
+    a command writes and says, not about the process running it (a kill, a fresh interpreter, a lock held by another
+    process), which keep their subprocesses. A subprocess paid 3-5 CPU seconds of interpreter start and imports
+    (torch, transformers) before the command's first line. An exception the command did not turn into its one-sentence
+    error is re-raised here, with its traceback, whatever `code` says."""
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    assert code is None or res.exit_code == code, (res.exit_code, res.stderr[-3000:])
+    return res
 
 
 # --------------------------------------------------------------------------- a finished study (issue 20)

@@ -1,9 +1,6 @@
 """experiments/consistency.py and `ambench consistency` on synthetic run directories with constructed answers."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +12,6 @@ from experiments.stages.consistency import (CONSISTENCY, ConsistencySettings, an
 from experiments.stages.render import render_input, row_key
 from tests.interp.tiny_dino import build_tiny_dino
 
-ROOT = Path(__file__).resolve().parents[2]
 # two prompts per tier from the real prompt set, so tiers and subcategories come from bench.layout
 PROMPTS = ["1A-00", "1C-03", "1E-01", "2A-00", "2C-04", "2E-02", "3A-00", "3B-01", "3E-05"]
 COLOURS = np.array([(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (0, 0, 0)], np.uint8)
@@ -207,10 +203,11 @@ def test_settings_are_checked():
             ConsistencySettings(**bad)
 
 
-def _cli(*args, cwd=ROOT):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "experiments.cli", "consistency", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=600)
+def _cli(*args):
+    """`ambench consistency ARGS` in this process (tests.experiments.runs.ambench)."""
+    from tests.experiments.runs import ambench
+
+    return ambench(["consistency", *args], code=None)
 
 
 def program(rng):
@@ -238,7 +235,7 @@ def test_cli_renders_a_fresh_run_through_the_sandbox_and_writes_rows(tmp_path, d
     with RunDir.writer(run) as rd:
         rd.write_rows(RunDir.GENERATIONS, rows)
     p = _cli("--run", str(run), "--dino-folder", str(dino_folder), "--projection", "tsne", "--device", "cpu")
-    assert p.returncode == 0, p.stderr
+    assert p.exit_code == 0, p.stderr
     assert "Traceback" not in p.stderr
     assert "entropy confound, arm few-shot-2: 2 models" in p.stdout and "at least 3 models" in p.stdout
     out = read_rows(run / CONSISTENCY)
@@ -265,7 +262,7 @@ def test_cli_bad_input_is_one_sentence_and_exit_2(tmp_path, dino_folder, case):
     else:
         (run / "generations.jsonl").unlink()
     p = _cli("--run", str(run), "--dino-folder", str(folder), "--projection", "tsne", "--device", "cpu")
-    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.exit_code == 2, (p.stdout, p.stderr)
     err = p.stderr.strip()
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
     assert not (run / CONSISTENCY).exists()
@@ -307,9 +304,9 @@ def test_study_without_a_folder_has_no_section(tmp_path):
 
 
 def test_run_refuses_a_bad_dino_folder_before_any_work(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "--out", str(tmp_path / "run"), "--dino-folder",
-                        str(tmp_path / "nowhere")], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
-    assert p.returncode == 2 and "Traceback" not in p.stderr
+    from tests.experiments.runs import ambench
+
+    p = ambench(["run", "--out", tmp_path / "run", "--dino-folder", tmp_path / "nowhere"], code=2)
+    assert "Traceback" not in p.stderr
     assert "the DINO folder" in p.stderr and "does not exist" in p.stderr
     assert not (tmp_path / "run").exists()

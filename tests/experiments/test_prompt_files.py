@@ -4,8 +4,6 @@ and the organisms preset's shape (its parts are ordinary studies on committed pr
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -35,16 +33,20 @@ def _files(tmp_path):
 
 
 def _run(model, out, *extra):
-    cmd = [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out), "--samples", "0",
+    """`ambench run` in this process (tests.experiments.runs.ambench: the exit status and the messages are the
+    command's; an exception it did not turn into one sentence is raised here)."""
+    from tests.experiments.runs import ambench
+
+    cmd = ["run", "--model", str(model), "--out", str(out), "--samples", "0",
            "--translation-samples", "0", "--max-new-tokens", "6", "--continuations", "1", "--intervene-tokens", "4",
            "--n-perm", "19", "--n-perm-layers", "19", *extra]  # the fewest permutations: no p is checked
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return ambench(cmd, code=None)
 
 
 def test_study_runs_on_a_prompt_file_with_its_own_references(model, tmp_path):
     prompts, references = _files(tmp_path)
     res = _run(model, tmp_path / "run", "--prompts", str(prompts), "--references", str(references))
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.exit_code == 0, res.stderr[-2000:]
     gens = [json.loads(line) for line in (tmp_path / "run" / "generations.jsonl").read_text().splitlines()]
     assert sorted({(g["task"], g["prompt_id"]) for g in gens}) == [("layout", "mine-l0"), ("layout", "mine-l1"),
                                                                    ("translation", "mine-t0"), ("translation", "mine-t1")]
@@ -60,10 +62,10 @@ def test_a_bad_prompt_file_is_one_sentence(model, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "x", "task": "poetry", "text": "a poem"}\n')
     res = _run(model, tmp_path / "run", "--prompts", str(bad))
-    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.exit_code == 2 and "Traceback" not in res.stderr
     assert "task 'poetry'" in res.stderr
     res = _run(model, tmp_path / "run2", "--prompts", str(tmp_path / "missing.jsonl"))
-    assert res.returncode == 2 and "does not exist" in res.stderr and "Traceback" not in res.stderr
+    assert res.exit_code == 2 and "does not exist" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_organisms_preset_parts_are_studies_on_committed_prompt_files():

@@ -160,16 +160,11 @@ def test_sigkill_at_several_points_then_resume(model, reference, tmp_path):
 
 
 def _in_process(args, code=0):
-    """`ambench ARGS` in this process (click's CliRunner): for the tests about what a run writes, not about the process
-    running it (a kill, a fresh interpreter), which keep their subprocesses. Each subprocess paid 4-5 CPU seconds of
-    interpreter start and imports (torch, transformers) before its first stage."""
-    from typer.testing import CliRunner
+    """`ambench ARGS` in this process (tests.experiments.runs.ambench): for the tests about what a run writes, not
+    about the process running it (a kill, a fresh interpreter), which keep their subprocesses."""
+    from tests.experiments.runs import ambench
 
-    from experiments.cli import app
-
-    res = CliRunner().invoke(app, [str(a) for a in args])
-    assert code is None or res.exit_code == code, (res.stderr[-3000:], res.exception)
-    return res
+    return ambench(args, code)
 
 
 def _run_here(model, out, *extra):
@@ -216,7 +211,7 @@ def test_report_renders_in_headless_chromium(reference, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed (scripts/setup.sh installs it when apt-get is available)")
-    from tests.experiments.runs import GENERATIONS, append
+    from tests.experiments.runs import append
     from experiments.stages.layout import layout_table
     from experiments.stages.render import render_stage
     from experiments.stages.report import write_report
@@ -244,10 +239,12 @@ def test_report_renders_in_headless_chromium(reference, tmp_path):
 
     import numpy as np
 
-    colors = {tuple(c) for c in np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3).tolist()}
+    from tests.experiments.test_report import any_pixel
+
+    pixels = np.asarray(Image.open(shot).convert("RGB"))
     # the mosaics' colours (gold, red, navy) are on the screenshot: the images rendered
-    assert any(r > 200 and g < 60 and b < 60 for r, g, b in colors)
-    assert any(r < 10 and g < 10 and 100 < b < 150 for r, g, b in colors)
+    assert any_pixel(pixels, lambda r, g, b: (r > 200) & (g < 60) & (b < 60))
+    assert any_pixel(pixels, lambda r, g, b: (r < 10) & (g < 10) & (100 < b) & (b < 150))
 
 
 def test_ray_backend_shards_and_merges_to_the_same_files(model, reference, tmp_path):
