@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from experiments.cli import app
 from experiments.rundir import RunDir, RunError, encode_row, read_rows
-from tests.experiments.runs import GENERATIONS, append
+from tests.experiments.runs import GENERATIONS, ambench, append
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,13 +59,13 @@ def test_ambench_run_refuses_a_run_in_use(tmp_path, tiny_folder):
     run = tmp_path / "run"
     holder = _hold_lock(run)
     try:
-        res = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "--model", str(tiny_folder), "--out", str(run),
-                              "--translation-prompts", "1", "--layout-per-subcategory", "1", "--samples", "0"],
-                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+        # the refused command in this process (tests.experiments.runs.ambench), the lock held by another
+        res = ambench(["run", "--model", tiny_folder, "--out", run, "--translation-prompts", "1", "--layout-per-subcategory",
+                       "1", "--samples", "0"], code=None)
     finally:
         holder.kill()
         holder.wait()
-    assert res.returncode == 2 and "is in use by process" in res.stderr and "Traceback" not in res.stderr
+    assert res.exit_code == 2 and "is in use by process" in res.stderr and "Traceback" not in res.stderr
     assert not (run / GENERATIONS).exists()
 
 

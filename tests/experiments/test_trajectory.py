@@ -168,23 +168,16 @@ def test_stage_writes_rows_plot_and_counts(tmp_path, tiny):
 
 
 def test_cli_runs_the_stage_and_bad_input_is_one_sentence(tmp_path, tiny_folder):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.experiments.runs import ambench
 
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "experiments.cli", "trajectory", *args], capture_output=True, text=True,
-                              cwd=root, env=env, timeout=600)
+    def cli(*args):  # in this process: the command's exit status and messages (tests.experiments.runs.ambench)
+        return ambench(["trajectory", *args], code=None)
 
     p = cli("--run", str(tmp_path / "nothing"), "--model", str(tiny_folder))
-    assert p.returncode == 2 and "Traceback" not in p.stderr and "has no generations.jsonl" in p.stderr
+    assert p.exit_code == 2 and "Traceback" not in p.stderr and "has no generations.jsonl" in p.stderr
     run = _run(tmp_path, [("1A-00", "fill('white')\nrect(1, 1, 3, 3, 'red')")], model=str(tiny_folder))
     p = cli("--run", str(run), "--model", str(tiny_folder), "--boundaries", "2")
-    assert p.returncode == 0, p.stderr
+    assert p.exit_code == 0, p.stderr
     assert "boundary 0: skipped, 1 attempts reach boundary 0" in p.stdout and "too few attempts" in p.stdout
 
 
