@@ -10,9 +10,6 @@ tables, probes, report) meets the hostile texts.
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -75,9 +72,12 @@ def write_generations(model: Path, out: Path) -> dict[str, list[str]]:
 
 
 def run(model, out):
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    cmd = [sys.executable, "-m", "experiments.cli", "run", "--model", str(model), "--out", str(out), *ARGS]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
+    """`ambench run` in this process (tests.experiments.runs.ambench): every hostile program runs in the sandbox's
+    worker processes, as it would from the command line; an exception the command did not turn into one sentence
+    is raised here."""
+    from tests.experiments.runs import ambench
+
+    return ambench(["run", "--model", model, "--out", out, *ARGS], code=None)
 
 
 #: one worker runs this module (test.sh: --dist loadgroup): its module fixture `hostile_run` (a whole hostile study,
@@ -101,7 +101,7 @@ def test_the_run_finishes_and_records_every_attempt(hostile_run):
     from experiments.stages.render import read_renders, row_key
 
     model, out, used, res = hostile_run
-    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.exit_code == 0, res.stderr[-4000:]
     rows = read_rows(out / GENERATIONS)
     assert len(rows) == len(used["canvas"]) + len(used["svg"])  # the run generated nothing itself
     renders = read_renders(out)
@@ -155,5 +155,5 @@ def test_a_rerun_resumes_without_hitting_the_same_wall(hostile_run):
     model, out, used, res = hostile_run
     before = (out / "translation_scores.jsonl").read_bytes()
     again = run(model, out)
-    assert again.returncode == 0, again.stderr[-4000:]
+    assert again.exit_code == 0, again.stderr[-4000:]
     assert (out / "translation_scores.jsonl").read_bytes() == before
