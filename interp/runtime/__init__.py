@@ -138,9 +138,10 @@ class Runtime:
             rt = Runtime.load("organism:xor-planner", device="cpu")
             rt.info.n_layers
         """
-        kind, folder = locate(model, evaluate=evaluate_organism)  # an organism trained now is scored by this runtime
         device = device or _default_device()
-        return cls.from_folder(folder, name=model, source=kind, device=device, dtype=_dtype(dtype, device), compat=compat,
+        torch_dtype = _dtype(dtype, device)  # an unknown dtype is refused before a model is converted or trained
+        kind, folder = locate(model, evaluate=evaluate_organism)  # an organism trained now is scored by this runtime
+        return cls.from_folder(folder, name=model, source=kind, device=device, dtype=torch_dtype, compat=compat,
                                attention=attention, trust_remote_code=trust_remote_code, device_map=device_map,
                                quantize=quantize)
 

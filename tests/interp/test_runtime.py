@@ -200,7 +200,7 @@ def test_compat_mode_is_recorded_and_runs_through_the_bridge(tiny_folder):
     assert len(rt.generate([bp.tokens], [Sampling()], NOSTOP)[0].tokens) == 12
 
 
-def test_clear_errors(tmp_path):
+def test_clear_errors(tmp_path, monkeypatch):
     with pytest.raises(ModelError, match="unknown model"):
         Runtime.load("no-such-model")
     with pytest.raises(ModelError, match="no config.json"):
@@ -210,8 +210,13 @@ def test_clear_errors(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelError, match="cannot read the model config"):
         Runtime.from_folder(tmp_path)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("AMBENCH_CACHE", str(cache))
     with pytest.raises(ModelError, match="unknown dtype"):
         Runtime.load("smollm2-135m-instruct", dtype="int3")
+    with pytest.raises(ModelError, match="unknown dtype"):
+        Runtime.load("organism:xor-planner@7", dtype="int3")
+    assert not cache.exists()  # refused before the GGUF was converted or the organism trained (12 s, 60 s)
 
 
 def test_an_architecture_without_a_bridge_adapter_runs_on_forward_hooks(tmp_path):
