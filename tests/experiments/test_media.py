@@ -265,15 +265,13 @@ def test_run_with_a_medium_end_to_end(tmp_path):
     rendered at 48x48, in the layout table, the T2/T3 gap table and the report; capture and interventions
     stay on v1. The v1 layout attempts are written beforehand as the generate stage writes them (a random
     model writes no valid program), so the attention stage has valid attempts to read; selectivity, with
-    one model, says why it has no table. In this process (click's CliRunner): what is checked is what the run writes,
-    not the process running it (a subprocess paid 4-5 CPU s of interpreter start and imports). Interventions with 2
+    one model, says why it has no table. In this process (tests.experiments.runs.ambench): what is checked is what the
+    run writes, not the process running it (a subprocess paid 4-5 CPU s of interpreter start and imports). Interventions with 2
     continuations of 10 tokens (tests/experiments/test_study.py's), not the preset's 3 of 64: what is checked of them
     is the medium of their cuts, which the cuts' choice sets and the continuations do not (64 tokens took 3-6x the
     CPU of the rest of the run)."""
-    from typer.testing import CliRunner
-
-    from experiments.cli import app
     from experiments.study import StudyConfig, prompt_sets
+    from tests.experiments.runs import ambench
     from tests.interp.tiny import build_tiny
 
     model = build_tiny(tmp_path / "tiny")
@@ -285,8 +283,7 @@ def test_run_with_a_medium_end_to_end(tmp_path):
            "--layout-per-subcategory", "1", "--samples", "1", "--max-new-tokens", "8", "--medium", "v1-48", "--attention",
            "--selectivity", "--n-perm", "19", "--n-perm-layers", "19",  # the fewest permutations: tables, not p, are checked
            "--continuations", "2", "--intervene-tokens", "10"]
-    res = CliRunner().invoke(app, cmd)
-    assert res.exit_code == 0, (res.stderr[-3000:], res.exception)
+    ambench(cmd)
     rows = read_rows(out / GENERATIONS)
     big = [r for r in rows if r["medium"] == "v1-48"]
     assert len(big) == 15 * 2 and all(r["task"] == "layout" for r in big)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.experiments.runs import ambench
 from tests.interp.tiny import build_tiny
 
 RESULTS = ["generations.jsonl", "translation_scores.jsonl", "layout_table.json", "probes.jsonl", "summary.json",
@@ -159,28 +160,21 @@ def test_sigkill_at_several_points_then_resume(model, reference, tmp_path):
     _acts_equal(_acts(out), _acts(reference))
 
 
-def _in_process(args, code=0):
-    """`ambench ARGS` in this process (tests.experiments.runs.ambench): for the tests about what a run writes, not
-    about the process running it (a kill, a fresh interpreter), which keep their subprocesses."""
-    from tests.experiments.runs import ambench
-
-    return ambench(args, code)
-
-
 def _run_here(model, out, *extra):
     """_run in this process: the same command line (_cmd), the same pre-written attempts."""
     _prepare(model, out)
-    return _in_process(_cmd(model, out, *extra)[3:])  # without `python -m experiments.cli`
+    return ambench(_cmd(model, out, *extra)[3:])  # without `python -m experiments.cli`
 
 
 def _merge(parts, out):
-    _in_process(["merge", *parts, "--out", out])
+    ambench(["merge", *parts, "--out", out])
 
 
 def test_other_settings_are_refused(model, reference, tmp_path):
-    """In this process (the exit status and the message are the command's, not the interpreter's: _in_process)."""
+    """In this process (the exit status and the message are the command's, not the interpreter's:
+    tests.experiments.runs.ambench)."""
     shutil.copytree(reference, tmp_path / "run")
-    res = _in_process(_cmd(model, tmp_path / "run", "--seed", "5")[3:], code=None)
+    res = ambench(_cmd(model, tmp_path / "run", "--seed", "5")[3:], code=None)
     assert res.exit_code == 2 and "other settings" in res.stderr
 
 
