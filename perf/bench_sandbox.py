@@ -89,6 +89,23 @@ def cpu_per_program(n: int, tree: Path | None) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def start_cpu(n: int, tree: Path | None) -> float:
+    """CPU seconds one worker costs to start (its interpreter, imports, kernel layer, warm-up jobs) and answer one
+    tiny job: `n` one-worker pools in turn, their reaped children's CPU time. A study starts a pool per stage and
+    the tests start hundreds of workers, so this is paid far more often than once."""
+    import resource
+
+    from bench.sandbox.job import Job
+
+    root = None if tree is None else tree.resolve()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for _ in range(n):
+        with SandboxPool(workers=1, code_root=root) as pool:
+            pool.run_jobs([Job("fill('white')")])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=27_120)
@@ -139,6 +156,14 @@ def main() -> None:
         this_ms, other_ms = (sum(cpu[k]) / 2 * 1e3 for k in ("this", "other"))
         print(f"CPU per typical program in one process (1,500 programs, A B B A): this tree {this_ms:.2f} ms, "
               f"{args.against} {other_ms:.2f} ms, ratio of throughputs {other_ms / this_ms:.3f}; load {os.getloadavg()[0]:.2f}")
+        start = {k: [] for k in ("this", "other")}
+        for which in ("other", "this", "this", "other"):
+            start[which].append(start_cpu(10, args.against if which == "other" else None))
+        this_s, other_s = (sum(start[k]) / 2 for k in ("this", "other"))
+        print(f"CPU per worker start (10 one-worker pools, A B B A): this tree {this_s:.3f} s, {args.against} "
+              f"{other_s:.3f} s, ratio {other_s / this_s:.2f}; load {os.getloadavg()[0]:.2f}")
+    else:
+        print(f"CPU per worker start (10 one-worker pools): {start_cpu(10, None):.3f} s")
 
 
 if __name__ == "__main__":

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-from jaxtyping import Bool
 
-Mask = Bool[np.ndarray, "n n"]
+if TYPE_CHECKING:  # jaxtyping's import (unittest.mock, asyncio: 50 ms) stays out of every sandbox worker's start
+    from jaxtyping import Bool
+
+    Mask = Bool[np.ndarray, "n n"]
 
 #: coordinates are clamped to +-COORD_LIMIT before any arithmetic, so a hostile 1e300 cannot overflow.
 COORD_LIMIT = 1_000_000

@@ -39,11 +39,37 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
+import resource  # noqa: E402
+import sys  # noqa: E402
+
+#: the main thread's stack in every worker (RLIMIT_STACK when the interpreter starts): 1,000 frames of the
+#: deepest C recursion a program can reach (a lambda called by `map` inside `sorted`'s key) use under 2 MB
+STACK_BYTES = 16 * 1024 * 1024
+
+
+def fixed_stack() -> None:
+    """Give this worker a stack of STACK_BYTES, whatever the host's `ulimit -s`: the main thread's stack is
+    sized when the interpreter starts, so set RLIMIT_STACK and start again (once; the socket to the host is
+    inherited). Where the hard limit is lower, say so on stderr and go on (the depth bounds still hold)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if soft == STACK_BYTES:
+        return
+    if hard != resource.RLIM_INFINITY and hard < STACK_BYTES:
+        print(f"sandbox worker: the hard stack limit {hard} is under {STACK_BYTES} bytes; keeping {soft}",
+              file=sys.stderr)
+        return
+    resource.setrlimit(resource.RLIMIT_STACK, (STACK_BYTES, hard))
+    os.execv(sys.executable, [sys.executable, "-m", "bench.sandbox.worker", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    # before the imports below: the re-executed interpreter imports them once (the first one never does: 0.15 s
+    # of CPU a worker: perf/bench_sandbox.py's "CPU per worker start")
+    fixed_stack()
+
 import json  # noqa: E402
 import math  # noqa: E402
-import resource  # noqa: E402
 import struct  # noqa: E402
-import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
 from bench.canvas.medium import Limits, Medium  # noqa: E402
@@ -56,9 +82,6 @@ from bench.sandbox.runtime import (  # noqa: E402
 
 RECYCLE_SLACK_MB = 48  #: address space a worker may keep above its base before it is replaced
 LIFETIME_CPU_SECONDS = 3_600  #: hard RLIMIT_CPU over a worker's life (it is replaced before reaching it)
-#: the main thread's stack in every worker (RLIMIT_STACK when the interpreter starts): 1,000 frames of the
-#: deepest C recursion a program can reach (a lambda called by `map` inside `sorted`'s key) use under 2 MB
-STACK_BYTES = 16 * 1024 * 1024
 _MB = 1024 * 1024
 
 
@@ -114,7 +137,9 @@ def _warm_imports() -> None:
     import bench.translation.piou  # noqa: F401
     import bench.translation.references  # noqa: F401
 
-    PIL.Image.init()
+    # the plugins `Image.open` tries first (PNG among them): a job opens only resvg's PNG (bench.svg.render).
+    # Not `init()`, which imports all 40-odd formats (80 ms of each worker's start) that no job opens
+    PIL.Image.preinit()
 
 
 _WARM_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><rect width="24" height="24" fill="#fff"/>'
@@ -258,23 +283,7 @@ def serve(conn: Any) -> None:
                 return
 
 
-def fixed_stack() -> None:
-    """Give this worker a stack of STACK_BYTES, whatever the host's `ulimit -s`: the main thread's stack is
-    sized when the interpreter starts, so set RLIMIT_STACK and start again (once; the socket to the host is
-    inherited). Where the hard limit is lower, say so on stderr and go on (the depth bounds still hold)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
-    if soft == STACK_BYTES:
-        return
-    if hard != resource.RLIM_INFINITY and hard < STACK_BYTES:
-        print(f"sandbox worker: the hard stack limit {hard} is under {STACK_BYTES} bytes; keeping {soft}",
-              file=sys.stderr)
-        return
-    resource.setrlimit(resource.RLIMIT_STACK, (STACK_BYTES, hard))
-    os.execv(sys.executable, [sys.executable, "-m", "bench.sandbox.worker", *sys.argv[1:]])
-
-
 if __name__ == "__main__":
     from multiprocessing.connection import Connection
 
-    fixed_stack()
     serve(Connection(int(sys.argv[1])))

@@ -127,11 +127,13 @@ def test_small_polygons_fill_what_the_vectorised_scanline_fills():
     assert small > 5000 and painted > 5000  # the small path was taken, and painted something
 
     # the check can fail: without the zero-width rule, a retraced edge paints the cells along it
+    import __future__
     import inspect
 
     src = inspect.getsource(R.poly_mask).replace("if hi - lo < 1e-9:", "if hi - lo < -1.0:")
     ns = dict(vars(R))
-    exec(compile(src, "<broken>", "exec"), ns)
+    # compiled as its module is (lazy annotations: `Mask` is a name for type checkers only)
+    exec(compile(src, "<broken>", "exec", flags=__future__.annotations.compiler_flag), ns)
     assert any(not np.array_equal(ns["poly_mask"](p, 24), vectorised(p, 24))
                for p in ([(2, 2), (10, 10), (2, 2.000000000001)], [(0, 0), (20, 20), (0, 0), (20, 20)],
                          [(1, 1), (5, 9), (1, 1.0000000001)]))
