@@ -127,6 +127,8 @@ def _cpu_time() -> float:
 
 def _warm_imports() -> None:
     """Everything a job may import, loaded before the kernel layer closes the file system."""
+    import unicodedata  # noqa: F401 - CPython's parser imports it for the first non-ASCII identifier it reads
+
     import numpy  # noqa: F401
     import PIL.Image
     import PIL.PngImagePlugin  # noqa: F401

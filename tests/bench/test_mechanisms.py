@@ -232,3 +232,17 @@ def test_a_working_worker_is_never_ended_by_the_wall_clock():
     with SandboxPool(workers=1, limits=limits) as p:
         r = p.run_one(text)
     assert r.outcome == "ok", (r.outcome, r.reason)
+
+
+def test_a_job_imports_nothing_after_the_warm_up():
+    """Every module a job can make the interpreter import is loaded before the kernel layer and the first job: CPython's
+    parser imports `unicodedata` for the first non-ASCII identifier it reads (to normalise it), which a worker used to
+    do inside whichever job had one, charging that job the import (found attacking issue 43's worker start)."""
+    probe = ("import sys\nbefore = set(sys.modules)\ncompile('caf\\u00e9 = 1', '<job>', 'exec')\n"
+             "new = sorted(set(sys.modules) - before)\nassert not new, 'imported during the job: ' + ', '.join(new)\n"
+             "fill('red')")
+    with SandboxPool(workers=1, hardening=Hardening(python_layers=False)) as pool:
+        r = pool.run_one(probe)
+    assert r.outcome == "ok", r.reason
+    # the real path: a program whose identifier is not ASCII runs like any other
+    assert execute("caf\u00e9 = 2\nfill('red')").outcome == "ok"
