@@ -355,6 +355,20 @@ def ceiling_fit(x: np.ndarray, y: np.ndarray, grid, seed: int, groups: np.ndarra
     return fitted_values(x, y, grid, seed, groups)
 
 
+class OneLayer:
+    """A sweep seen as the baseline of `residual_test` and `freedman_lane`: its R^2 and predictions of any targets
+    with the layer fixed (the embedding at a position is layer 0 of that position's `LayerSweep`)."""
+
+    def __init__(self, sweep: Any, layers: list[int] | None) -> None:
+        self.sweep, self.layers = sweep, layers
+
+    def r2_of(self, targets: Any, count: int, outputs: int, layers: Any = None) -> np.ndarray:
+        return self.sweep.r2_of(targets, count, outputs, self.layers)
+
+    def predict_of(self, y: np.ndarray, layers: Any = None) -> np.ndarray:
+        return self.sweep.predict_of(y, self.layers)
+
+
 def residual_test(probe, baseline, fitted: np.ndarray, y: np.ndarray, perms: np.ndarray,
                   layers: Sequence[int] | None = None) -> tuple[float, np.ndarray, float]:
     """(p, null, observed) of the beyond-text test (issue 39): do the activations predict what the text ceiling leaves
@@ -434,5 +448,5 @@ def freedman_lane(probe, baseline, fitted: np.ndarray, y: np.ndarray, observed: 
     return perm_p(null, observed), null
 
 
-__all__ = ["LEXICAL", "OUTCOMES", "READABLE_MAX", "READS", "SCREEN", "ScreenedSweep", "beyond_outcome", "screen_columns", "readable_share", "screened_predictions", "fitted_values", "ceiling_fit", "both_p", "freedman_lane", "residual_test", "lexical_features", "word_count", "word_pairs", "word_places",
+__all__ = ["LEXICAL", "OUTCOMES", "OneLayer", "READABLE_MAX", "READS", "SCREEN", "ScreenedSweep", "beyond_outcome", "screen_columns", "readable_share", "screened_predictions", "fitted_values", "ceiling_fit", "both_p", "freedman_lane", "residual_test", "lexical_features", "word_count", "word_pairs", "word_places",
            "word_positions"]

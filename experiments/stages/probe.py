@@ -53,8 +53,8 @@ from experiments.stages.probe_verdicts import _adjust, beyond_verdict, delta_ver
 from experiments.stages.render import read_renders, render_stage
 from experiments.stages.row_fields import (_interval_fields, _moved, _null_mean, json_number,  # noqa: F401 - re-exported
                                            p_fields, percentile_ci)
-from interp.baselines import (LEXICAL, SCREEN, ScreenedSweep, both_p, ceiling_fit, freedman_lane, lexical_features,
-                              readable_share, residual_test)
+from interp.baselines import (LEXICAL, SCREEN, OneLayer, ScreenedSweep, both_p, ceiling_fit, freedman_lane,
+                              lexical_features, readable_share, residual_test)
 from interp.intervals import (DEFAULT_REPEATS, NO_SIGNAL, Interval, at_the_mean, cluster_sums, fold_sums,
                               r2_interval, repeat_seed, test_over_train)
 from interp.grouping import ESTIMANDS, design
@@ -402,7 +402,7 @@ def _beyond_text(tb: dict[str, Any], t: TargetSet, pos: str, lsweep: LayerSweep,
         fitted = ceiling_fit(_baseline_x(top.split("/")[0], f, pos), t.y, bgrid, s.seed, f["groups"], keep)
         pseed = derive_seed(s.seed, name, task, t.name, pos, "beyond-text-perm")
         perms = f["design"].permutations(len(t.ids), s.perms_beyond, pseed)
-        ceiling = bsweep if top in screened else _OneLayer(bsweep, blayers)
+        ceiling = bsweep if top in screened else OneLayer(bsweep, blayers)
         _, null_r, resid_r2 = residual_test(lsweep, ceiling, fitted, t.y, perms)
         # and the Delta itself against the ceiling's cross-fitted values (the test before): both must reject (both_p)
         _, null_d = freedman_lane(lsweep, ceiling, bres.pred, t.y, delta, s.perms_beyond, pseed, perms=perms)
@@ -437,17 +437,3 @@ def _paper_delta(f: dict[str, Any], t: TargetSet, pos: str, grid: Grid, s: Probe
 def _baseline_x(b: str, f: dict[str, Any], pos: str) -> np.ndarray:
     """The feature matrix of baseline b at position pos."""
     return f["pos"][pos][0] if b == "embedding@position" else (f["emb_mean"] if b == "embedding-mean" else f["lexical"][b])
-
-
-class _OneLayer:
-    """A sweep seen as the baseline: its R^2 of any targets with the layer fixed (the embedding at the position is
-    layer 0 of the position's sweep)."""
-
-    def __init__(self, sweep: LayerSweep, layers: list[int] | None) -> None:
-        self.sweep, self.layers = sweep, layers
-
-    def r2_of(self, targets: Any, count: int, outputs: int, layers: Any = None) -> np.ndarray:
-        return self.sweep.r2_of(targets, count, outputs, self.layers)
-
-    def predict_of(self, y: np.ndarray, layers: Any = None) -> np.ndarray:
-        return self.sweep.predict_of(y, self.layers)
