@@ -107,3 +107,18 @@ def test_a_program_draws_the_same_in_any_worker():
         assert r.valid, r.reason
         drawn.append(r.pixels)
     assert all((d == drawn[0]).all() for d in drawn)
+
+
+def test_a_recursion_ends_at_the_same_unit_in_a_fresh_and_a_used_worker():
+    """Where a recursion is stopped is a function of the program: CPython 3.11 counts a call of `exec` against the
+    recursion limit until the interpreter specialises that call (after a few jobs), so a worker's first jobs got one
+    level less than its later ones (20,937 units, then 20,958; found attacking issue 43's worker start). The program
+    now runs as a function, whose frame counts the same either way."""
+    rec = "def f(n):\n    return f(n + 1)\nf(0)"
+    mutual = "def a():\n    b()\ndef b():\n    a()\na()"
+    jobs = [rec, mutual] + ["fill('red')"] * 16 + [rec, mutual] + ["x = [i for i in range(99)]\nfill('red')"] * 8 + [rec, mutual]
+    with SandboxPool(workers=1, batch_size=1) as pool:
+        got = pool.run(jobs)
+    ends = [(r.outcome, r.reason, r.ops) for r in got if r.outcome != "ok"]
+    assert len(ends) == 6 and {e[:2] for e in ends} == {("budget", "recursion too deep")}, ends
+    assert ends[0::2] == [ends[0]] * 3 and ends[1::2] == [ends[1]] * 3, ends
