@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from typical_programs import typical_programs  # noqa: E402
@@ -106,6 +107,15 @@ def start_cpu(n: int, tree: Path | None) -> float:
     return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / n
 
 
+def abba(measure: Callable[[Path | None], float], other: Path) -> tuple[float, float]:
+    """(this tree, `other`): the means of `measure(tree)` taken in the order other, this, this, other, so that a load
+    drifting during the run weighs on both alike (`tree` None: this tree)."""
+    got: dict[str, list[float]] = {"this": [], "other": []}
+    for which in ("other", "this", "this", "other"):
+        got[which].append(measure(other if which == "other" else None))
+    return sum(got["this"]) / 2, sum(got["other"]) / 2
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=27_120)
@@ -150,16 +160,10 @@ def main() -> None:
     if args.against is not None:
         print(f"this tree / {args.against}: {t_other / t_pool:.3f} (programs/s, mean of two runs each); outcomes agree: "
               f"{all(a.outcome == b.outcome for a, b in zip(other, results))}")
-        cpu = {k: [] for k in ("this", "other")}
-        for which in ("other", "this", "this", "other"):
-            cpu[which].append(cpu_per_program(1500, args.against if which == "other" else None))
-        this_ms, other_ms = (sum(cpu[k]) / 2 * 1e3 for k in ("this", "other"))
+        this_ms, other_ms = (v * 1e3 for v in abba(lambda tree: cpu_per_program(1500, tree), args.against))
         print(f"CPU per typical program in one process (1,500 programs, A B B A): this tree {this_ms:.2f} ms, "
               f"{args.against} {other_ms:.2f} ms, ratio of throughputs {other_ms / this_ms:.3f}; load {os.getloadavg()[0]:.2f}")
-        start = {k: [] for k in ("this", "other")}
-        for which in ("other", "this", "this", "other"):
-            start[which].append(start_cpu(10, args.against if which == "other" else None))
-        this_s, other_s = (sum(start[k]) / 2 for k in ("this", "other"))
+        this_s, other_s = abba(lambda tree: start_cpu(10, tree), args.against)
         print(f"CPU per worker start (10 one-worker pools, A B B A): this tree {this_s:.3f} s, {args.against} "
               f"{other_s:.3f} s, ratio {other_s / this_s:.2f}; load {os.getloadavg()[0]:.2f}")
     else:
